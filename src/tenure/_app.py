@@ -1,0 +1,355 @@
+"""App: the tool registry, the producer API and the worker factory.
+
+The async methods are the implementation; the ``*_sync`` methods run the very
+same coroutines on a private event loop thread, so there is one code path,
+not two hand-written copies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+from ._errors import (
+    ConfigError,
+    JobFailed,
+    PayloadError,
+    PolicyError,
+    UnknownTool,
+    WaitTimeout,
+)
+from ._job import Job
+from ._payload import MAX_PAYLOAD_BYTES, encode, fingerprint
+from ._policy import MAX_BACKOFF, LeasePolicy, RetryPolicy, ToolPolicy
+from ._registry import ToolSpec, make_spec
+from ._store._store import NewJob, Store, check_dsn, migrate
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+MAX_KEY_LENGTH = 500
+MAX_PRIORITY = 100
+MAX_DELAY = 30 * 24 * 3600.0
+MAX_WAIT = 7 * 24 * 3600.0
+
+
+class _Portal:
+    """An event loop on a daemon thread that runs coroutines for sync callers."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="tenure-sync", daemon=True
+        )
+        self._thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+
+class App:
+    """Registry of tools plus the API to enqueue, inspect, wait for and cancel calls.
+
+    ``dsn`` (or ``TENURE_DSN``) names a PostgreSQL 14+ server; without one, an
+    embedded PostgreSQL is started in tenure's data directory on first use and
+    stopped by `close()`. The schema is migrated on first use unless
+    ``migrate=False`` (then run ``tenure migrate``).
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        signing_key: bytes | str | None = None,
+        migrate: bool = True,
+        max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+    ) -> None:
+        given = dsn if dsn is not None else os.environ.get("TENURE_DSN") or None
+        self._dsn = check_dsn(given) if given else None
+        if isinstance(signing_key, str):
+            signing_key = signing_key.encode()
+        if signing_key is None and os.environ.get("TENURE_SIGNING_KEY"):
+            signing_key = os.environ["TENURE_SIGNING_KEY"].encode()
+        self.signing_key: bytes | None = signing_key
+        if not 1 <= max_payload_bytes <= MAX_PAYLOAD_BYTES:
+            raise PolicyError(f"max_payload_bytes must be in [1, {MAX_PAYLOAD_BYTES}]")
+        self._max_payload = max_payload_bytes
+        self._migrate = migrate
+        self._migrated = False
+        self._embedded: Any = None
+        self._lock = threading.Lock()
+        self._stores: dict[asyncio.AbstractEventLoop, asyncio.Future[Store]] = {}
+        self._portal: _Portal | None = None
+        self.tools: dict[str, ToolSpec] = {}
+
+    # -- configuration ---------------------------------------------------------
+
+    @property
+    def dsn(self) -> str:
+        """The server's DSN; starts the embedded server (and migrates) on first use."""
+        with self._lock:
+            if self._dsn is None:
+                from ._embedded import EmbeddedPostgres
+
+                self._embedded = EmbeddedPostgres()
+                self._dsn = self._embedded.start()
+            if self._migrate and not self._migrated:
+                migrate(self._dsn)
+                self._migrated = True
+            return self._dsn
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        lease: float = 90.0,
+        heartbeat: float = 30.0,
+        jitter: float = 20.0,
+        missed_beats: int = 2,
+        safety_margin: float | None = None,
+        time_limit: float = 600.0,
+        max_attempts: int = 5,
+        backoff: float = 1.0,
+        max_backoff: float = 300.0,
+        permanent: Sequence[type[BaseException]] = (),
+    ) -> Callable[[F], F]:
+        """Register a tool with its policy; the policy is validated now, not at run time."""
+        policy = ToolPolicy(
+            lease=LeasePolicy(lease, heartbeat, jitter, missed_beats, safety_margin),
+            retry=RetryPolicy(
+                max_attempts,
+                backoff,
+                max_backoff=min(max_backoff, MAX_BACKOFF),
+                permanent=tuple(permanent),
+            ),
+            time_limit=time_limit,
+        )
+
+        def register(fn: F) -> F:
+            spec = make_spec(name or fn.__name__, fn, policy)
+            if spec.name in self.tools:
+                raise PolicyError(f"tool {spec.name!r} is already registered")
+            self.tools[spec.name] = spec
+            return fn
+
+        return register
+
+    def worker(self, **options: Any) -> Any:
+        """A Worker for this app's tools (see `Worker` for the options)."""
+        from ._worker._worker import Worker
+
+        return Worker(self, **options)
+
+    # -- the store, one per event loop -----------------------------------------
+
+    async def _store(self) -> Store:
+        loop = asyncio.get_running_loop()
+        future = self._stores.get(loop)
+        if future is None:
+            future = loop.create_future()
+            self._stores[loop] = future
+            try:
+                dsn = await asyncio.to_thread(lambda: self.dsn)
+                store = Store(dsn)
+                await store.open()
+            except BaseException as exc:
+                del self._stores[loop]
+                future.set_exception(exc)
+                raise
+            future.set_result(store)
+        return await future
+
+    async def aclose(self) -> None:
+        """Close this loop's connections (and the embedded server, from `close()`)."""
+        future = self._stores.pop(asyncio.get_running_loop(), None)
+        if future is not None and future.done() and not future.exception():
+            await future.result().close()
+
+    def close(self) -> None:
+        """Release every connection and stop the embedded server, if one was started."""
+        if self._portal is not None:
+            self._portal.call(self.aclose())
+            self._portal.close()
+            self._portal = None
+        if self._embedded is not None:
+            self._embedded.stop()
+            self._embedded = None
+            self._dsn = None
+            self._migrated = False
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        with self._lock:
+            if self._portal is None:
+                self._portal = _Portal()
+            portal = self._portal
+        return portal.call(coro)
+
+    # -- producers -------------------------------------------------------------
+
+    def _new_job(
+        self, tool: str, payload: Any, key: str | None, priority: int, delay: float
+    ) -> NewJob:
+        spec = self.tools.get(tool)
+        if spec is None:
+            known = ", ".join(sorted(self.tools)) or "none"
+            raise UnknownTool(f"unknown tool {tool!r} (registered: {known})")
+        payload = {} if payload is None else payload
+        spec.bind(payload)
+        text = encode(payload, "payload", self._max_payload)
+        if key is None:
+            key = f"auto:{uuid.uuid4()}"
+        if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH or not key.isprintable():
+            raise PayloadError(f"idempotency_key must be 1-{MAX_KEY_LENGTH} printable characters")
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int)
+            or abs(priority) > MAX_PRIORITY
+        ):
+            raise PolicyError(f"priority must be an integer in [-{MAX_PRIORITY}, {MAX_PRIORITY}]")
+        if not isinstance(delay, int | float) or not 0 <= delay <= MAX_DELAY:
+            raise PolicyError(f"delay must be a number of seconds in [0, {MAX_DELAY:g}]")
+        return NewJob(
+            tool=tool,
+            key=key,
+            payload_json=text,
+            payload_hash=fingerprint(tool + "\n" + text),
+            max_attempts=spec.policy.retry.max_attempts,
+            priority=priority,
+            delay_ms=round(delay * 1000),
+        )
+
+    async def enqueue(
+        self,
+        tool: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        priority: int = 0,
+        delay: float = 0.0,
+    ) -> Job:
+        """Queue a call. A repeated key returns the existing job (``job.created`` is False);
+        the same key with a different tool or payload raises IdempotencyConflict."""
+        new = self._new_job(tool, payload, idempotency_key, priority, delay)
+        return await (await self._store()).enqueue(new)
+
+    async def enqueue_many(
+        self,
+        tool: str,
+        payloads: Sequence[dict[str, Any]],
+        *,
+        idempotency_keys: Sequence[str] | None = None,
+    ) -> int:
+        """Queue many calls of one tool in one statement; returns how many were new."""
+        if idempotency_keys is not None and len(idempotency_keys) != len(payloads):
+            raise PayloadError("idempotency_keys must be as long as payloads")
+        keys: Sequence[str | None] = idempotency_keys or [None] * len(payloads)
+        jobs = [self._new_job(tool, p, k, 0, 0.0) for p, k in zip(payloads, keys, strict=True)]
+        return await (await self._store()).enqueue_many(jobs)
+
+    # -- operations ------------------------------------------------------------
+
+    async def get(self, job_id: int) -> Job:
+        return await (await self._store()).get_job(job_id)
+
+    async def list_jobs(
+        self, *, state: str | None = None, tool: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        return await (await self._store()).list_jobs(
+            state=state, tool=tool, limit=max(1, min(limit, 10_000))
+        )
+
+    async def events(self, job_id: int) -> list[dict[str, Any]]:
+        """The job's journal: claims, losses, rejections and outcomes, oldest first."""
+        return await (await self._store()).job_events(job_id)
+
+    async def cancel(self, job_id: int) -> Job:
+        """Cancel a queued or running job; a running tool is stopped within one heartbeat."""
+        store = await self._store()
+        cancelled = await store.cancel(job_id)
+        return cancelled if cancelled is not None else await store.get_job(job_id)
+
+    async def retry(self, job_id: int) -> Job:
+        """Queue a failed or cancelled job again with one more attempt."""
+        store = await self._store()
+        retried = await store.retry(job_id)
+        if retried is None:
+            job = await store.get_job(job_id)
+            raise PolicyError(f"job {job_id} is {job.state}; only failed or cancelled jobs retry")
+        return retried
+
+    async def wait(self, job_id: int, timeout: float = 60.0) -> Any:
+        """The job's result once it succeeded; JobFailed if it failed or was cancelled."""
+        if not 0 <= timeout <= MAX_WAIT:
+            raise PolicyError(f"timeout must be in [0, {MAX_WAIT:g}] s")
+        store = await self._store()
+        deadline = time.monotonic() + timeout
+        pause = 0.005
+        while True:
+            job = await store.get_job(job_id)
+            if job.state == "succeeded":
+                return job.result
+            if job.state in ("failed", "cancelled"):
+                code = (job.error or {}).get("code", job.state)
+                raise JobFailed(f"job {job_id} ended {job.state} ({code})", job)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(f"job {job_id} is still {job.state} after {timeout:g} s")
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, 0.25)
+
+    # -- the same, for synchronous callers -------------------------------------
+
+    def enqueue_sync(
+        self,
+        tool: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        priority: int = 0,
+        delay: float = 0.0,
+    ) -> Job:
+        return self._sync(
+            self.enqueue(
+                tool, payload, idempotency_key=idempotency_key, priority=priority, delay=delay
+            )
+        )
+
+    def get_sync(self, job_id: int) -> Job:
+        return self._sync(self.get(job_id))
+
+    def wait_sync(self, job_id: int, timeout: float = 60.0) -> Any:
+        return self._sync(self.wait(job_id, timeout))
+
+    def cancel_sync(self, job_id: int) -> Job:
+        return self._sync(self.cancel(job_id))
+
+    def retry_sync(self, job_id: int) -> Job:
+        return self._sync(self.retry(job_id))
+
+    def list_sync(
+        self, state: str | None = None, *, tool: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        return self._sync(self.list_jobs(state=state, tool=tool, limit=limit))
+
+    async def summary(self) -> dict[str, int]:
+        """Counts of jobs by state and of journal events by kind, plus duplicate commits."""
+        return await (await self._store()).summary()
+
+    def summary_sync(self) -> dict[str, int]:
+        return self._sync(self.summary())
+
+
+def require_dsn(dsn: str | None) -> str:
+    if not dsn:
+        raise ConfigError("no DSN given")
+    return check_dsn(dsn)

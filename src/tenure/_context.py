@@ -1,0 +1,106 @@
+"""The Context handed to a tool: who it is, under which token, and may it act now."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from ._worker._ownership import Ownership
+
+if TYPE_CHECKING:
+    from .fence import FencedAuth
+
+
+class Context:
+    """A tool's view of its own job.
+
+    ``idempotency_key(op)`` is stable across attempts and workers — a repeated
+    request after a timeout must carry the same key, never a fresh one.
+    ``ensure_owned()`` is the check to make right before every irreversible
+    step; `fence_headers()` and `http_auth()` carry the key and the fencing
+    token to the receiver, which is the only place a stale owner can still be
+    stopped once its request is on the wire.
+    """
+
+    def __init__(
+        self,
+        *,
+        job_id: int,
+        tool: str,
+        token: int,
+        attempt: int,
+        max_attempts: int,
+        worker: str,
+        ownership: Ownership,
+        safety_margin: float,
+        signing_key: bytes | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.tool = tool
+        self.token = token
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.worker = worker
+        self._ownership = ownership
+        self._margin = safety_margin
+        self._signing_key = signing_key
+        self._cancel = threading.Event()
+
+    def __repr__(self) -> str:
+        return (
+            f"Context(job_id={self.job_id}, tool={self.tool!r}, token={self.token}, "
+            f"attempt={self.attempt}/{self.max_attempts})"
+        )
+
+    @property
+    def fence_scope(self) -> str:
+        return f"tool-job:{self.job_id}"
+
+    def idempotency_key(self, operation: str) -> str:
+        """The stable key of one side effect of this job: ``tool-job:{job}:{operation}``."""
+        if not operation or not operation.isprintable() or ":" in operation or len(operation) > 100:
+            raise ValueError(
+                f"operation must be 1-100 printable characters without ':', got {operation!r}"
+            )
+        return f"{self.fence_scope}:{operation}"
+
+    def fence_headers(self, operation: str) -> dict[str, str]:
+        """Idempotency-Key, X-Execution-Fence, X-Fence-Scope (and a signature if keyed)."""
+        from .fence import fence_headers
+
+        return fence_headers(
+            self.fence_scope, self.token, self.idempotency_key(operation), self._signing_key
+        )
+
+    def http_auth(self, operation: str) -> FencedAuth:
+        """An httpx auth that adds the fence headers and checks ownership before sending."""
+        from .fence import FencedAuth
+
+        return FencedAuth(self, operation)
+
+    @property
+    def lease_remaining(self) -> float:
+        """Seconds of confirmed lease left on this worker's monotonic clock."""
+        return self._ownership.remaining()
+
+    @property
+    def ownership(self) -> str:
+        """``owned``, ``unknown``, ``lost`` or ``cancelled``."""
+        return self._ownership.status
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the tool should stop: lease lost, job cancelled, time limit or shutdown.
+
+        Threaded tools poll this (async tools are cancelled with CancelledError).
+        """
+        return self._cancel.is_set() or self._ownership.ended.is_set()
+
+    def ensure_owned(self, margin: float | None = None) -> None:
+        """Raise LeaseLost, OwnershipUnknown or JobCancelled unless an irreversible step
+        may start now: the lease is confirmed and at least ``margin`` seconds of it remain
+        (default: the tool's safety margin)."""
+        self._ownership.ensure(self._margin if margin is None else margin)
+
+    def _request_stop(self) -> None:
+        self._cancel.set()

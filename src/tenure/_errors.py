@@ -1,0 +1,129 @@
+"""Every error tenure raises, in one tree.
+
+    TenureError
+    ├── ConfigError            bad DSN, bad settings, missing server binaries
+    ├── PolicyError            a lease/retry policy that breaks a rule (L > R·H + J, caps)
+    ├── PayloadError           payload or result not JSON, too large or too deep
+    ├── UnknownTool            enqueue or run of a tool nobody registered
+    ├── JobNotFound
+    ├── IdempotencyConflict    the same idempotency key with a different tool or payload
+    ├── WaitTimeout            wait() ran out of time; the job goes on
+    ├── JobFailed              wait() on a job that ended failed or cancelled
+    ├── Conflict               a verdict/transition from a stage that no longer owns the run
+    ├── OwnershipError         raised inside a tool: stop before the next irreversible step
+    │   ├── LeaseLost          the database said zero rows, or the local deadline passed
+    │   ├── OwnershipUnknown   the database did not answer; the lease may or may not hold
+    │   └── JobCancelled       an operator cancelled the job
+    ├── ResultRejected         the fenced commit matched zero rows: a newer owner exists
+    ├── StaleFence             a receiver saw a token lower than the highest it accepted
+    └── ToolError              raised by tools to say how a failure should be treated
+        ├── RetryableError     try again after backoff while attempts remain
+        ├── PermanentError     fail now; retrying cannot help
+        └── OutcomeUnknown     the request may have been applied; retry with the same key
+
+The three ownership meanings are never merged: LeaseLost (zero rows),
+OwnershipUnknown (no answer) and OutcomeUnknown (the tool's receiver did not
+answer) each call for a different reaction.
+"""
+
+from __future__ import annotations
+
+
+class TenureError(Exception):
+    """Base of every error tenure raises on purpose."""
+
+
+class ConfigError(TenureError):
+    """Settings that cannot work: a malformed DSN, a missing binary, a bad option."""
+
+
+class PolicyError(TenureError):
+    """A policy that breaks a rule; the message names the numbers and the fix."""
+
+
+class PayloadError(TenureError):
+    """A payload or result that is not JSON, too large, or nested too deeply."""
+
+
+class UnknownTool(TenureError):
+    """No tool of that name is registered."""
+
+
+class JobNotFound(TenureError):
+    """No job with that id exists (or it was pruned)."""
+
+
+class IdempotencyConflict(TenureError):
+    """The key is already taken by a job with a different tool or payload."""
+
+
+class WaitTimeout(TenureError):
+    """wait() gave up; the job itself is not affected."""
+
+
+class JobFailed(TenureError):
+    """wait() found the job failed or cancelled; `job` carries its final row."""
+
+    def __init__(self, message: str, job: object) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+class Conflict(TenureError):
+    """A transition from a party that no longer owns it (HTTP surfaces map it to 409)."""
+
+
+class OwnershipError(TenureError):
+    """The worker may not take another irreversible step for this job."""
+
+
+class LeaseLost(OwnershipError):
+    """The database refused the extension (zero rows) or the local deadline passed."""
+
+
+class OwnershipUnknown(OwnershipError):
+    """The database did not confirm the lease in time; it may still hold, or not."""
+
+
+class JobCancelled(OwnershipError):
+    """An operator cancelled the job while it ran."""
+
+
+class ResultRejected(TenureError):
+    """The fenced commit matched zero rows; the result was journaled, never published."""
+
+
+class StaleFence(TenureError):
+    """A receiver already accepted a higher fencing token for this scope."""
+
+    def __init__(self, scope: str, token: int, highest: int) -> None:
+        super().__init__(
+            f"stale fencing token {token} for scope {scope!r}: token {highest} was already accepted"
+        )
+        self.scope = scope
+        self.token = token
+        self.highest = highest
+
+
+class ToolError(TenureError):
+    """Raised by a tool to say how its failure must be treated."""
+
+    code = "tool_error"
+
+
+class RetryableError(ToolError):
+    """Transient failure: retry after backoff while attempts remain."""
+
+    code = "retryable"
+
+
+class PermanentError(ToolError):
+    """Failure that retrying cannot fix (bad input, refused by the receiver)."""
+
+    code = "permanent"
+
+
+class OutcomeUnknown(ToolError):
+    """The side effect may or may not have happened; retry with the same idempotency key."""
+
+    code = "outcome_unknown"

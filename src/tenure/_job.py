@@ -1,0 +1,44 @@
+"""The job as callers see it: a frozen snapshot of one row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any, Literal
+
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+TERMINAL_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One tool call. ``payload`` and ``result`` are left out of ``repr`` so that
+    logging a job never prints what the tool was given or returned."""
+
+    id: int
+    tool: str
+    state: JobState
+    idempotency_key: str
+    attempt: int
+    max_attempts: int
+    token: int
+    owner: str | None
+    lease_until: datetime | None
+    heartbeat_at: datetime | None
+    run_after: datetime
+    priority: int
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    error: dict[str, Any] | None
+    payload: Any = field(repr=False)
+    result: Any = field(repr=False)
+    created: bool = True  # False when enqueue found an existing job under the same key
+
+    @property
+    def done(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Job:
+        return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})

@@ -1,0 +1,230 @@
+-- Every statement tenure sends to its own database, by name.
+-- Lease decisions compare against clock_timestamp(): the database's clock is the
+-- only arbiter; a worker never sends its own time into a lease condition.
+-- `(SELECT clock_timestamp())` is evaluated once per statement, which lets the
+-- planner use it as an index bound (a bare volatile call cannot be one).
+
+-- name: enqueue
+WITH inserted AS (
+    INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts,
+                             priority, run_after)
+    VALUES (%(tool)s, %(key)s, %(payload)s, %(payload_hash)s, %(max_attempts)s, %(priority)s,
+            clock_timestamp() + %(delay_ms)s * interval '1 millisecond')
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING *
+)
+SELECT true AS created, * FROM inserted
+
+-- name: job_by_key
+SELECT false AS created, * FROM tenure_jobs WHERE idempotency_key = %(key)s
+
+-- name: enqueue_many
+INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts, priority)
+SELECT * FROM unnest(%(tools)s::text[], %(keys)s::text[], %(payloads)s::jsonb[],
+                     %(payload_hashes)s::text[], %(max_attempts)s::integer[],
+                     %(priorities)s::smallint[])
+ON CONFLICT (idempotency_key) DO NOTHING
+
+-- name: claim
+WITH policy AS (
+    SELECT * FROM unnest(%(tools)s::text[], %(lease_ms)s::integer[]) AS p(tool, lease_ms)
+), clock AS (
+    SELECT clock_timestamp() AS now
+), expired AS (
+    SELECT j.id, j.owner AS previous_owner, j.token AS previous_token
+    FROM tenure_jobs j
+    WHERE j.lease_until < (SELECT now FROM clock)
+      AND j.state = 'running'
+      AND j.attempt < j.max_attempts
+      AND j.tool = ANY(%(tools)s::text[])
+    ORDER BY j.lease_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), queued AS (
+    SELECT j.id, NULL::text AS previous_owner, NULL::bigint AS previous_token
+    FROM tenure_jobs j
+    WHERE j.state = 'queued'
+      AND j.run_after <= (SELECT now FROM clock)
+      AND j.tool = ANY(%(tools)s::text[])
+    ORDER BY j.priority DESC, j.run_after, j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    (SELECT * FROM expired) UNION ALL (SELECT * FROM queued) LIMIT %(limit)s
+), claimed AS (
+    UPDATE tenure_jobs j
+    SET state = 'running',
+        owner = %(owner)s,
+        token = nextval('tenure_fence_token'),
+        attempt = j.attempt + 1,
+        lease_until = clock_timestamp() + p.lease_ms * interval '1 millisecond',
+        heartbeat_at = clock_timestamp(),
+        updated_at = clock_timestamp()
+    FROM picked, policy p
+    WHERE j.id = picked.id AND p.tool = j.tool
+    RETURNING j.id, j.tool, j.token, j.attempt, j.max_attempts, j.payload, j.payload_hash,
+              j.idempotency_key, j.lease_until, picked.previous_owner, picked.previous_token
+), journal AS (
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail)
+    SELECT 'job_claimed', c.id, c.token, c.attempt, %(owner)s, c.tool,
+           CASE WHEN c.previous_token IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('reclaimed_from', c.previous_owner,
+                                        'previous_token', c.previous_token) END
+    FROM claimed c
+)
+SELECT c.*, clock_timestamp() AS db_now FROM claimed c ORDER BY c.id
+
+-- name: extend_leases
+WITH held AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(lease_ms)s::integer[])
+        AS h(id, token, lease_ms)
+), extended AS (
+    UPDATE tenure_jobs j
+    SET lease_until = clock_timestamp() + h.lease_ms * interval '1 millisecond',
+        heartbeat_at = clock_timestamp()
+    FROM held h
+    WHERE j.id = h.id
+      AND j.token = h.token
+      AND j.owner = %(owner)s
+      AND j.state = 'running'
+      AND j.lease_until > clock_timestamp()
+    RETURNING j.id, j.lease_until
+)
+SELECT h.id, e.lease_until, clock_timestamp() AS db_now
+FROM held h LEFT JOIN extended e ON e.id = h.id
+
+-- name: finish_many
+WITH outcome AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(states)s::text[],
+                         %(results)s::jsonb[], %(errors)s::jsonb[], %(delays_ms)s::integer[],
+                         %(attempt_refunds)s::integer[])
+        AS o(id, token, state, result, error, delay_ms, attempt_refund)
+), finished AS (
+    UPDATE tenure_jobs j
+    SET state = o.state,
+        result = o.result,
+        error = o.error,
+        attempt = j.attempt - o.attempt_refund,
+        lease_until = NULL,
+        run_after = CASE WHEN o.state = 'queued'
+                         THEN clock_timestamp() + o.delay_ms * interval '1 millisecond'
+                         ELSE j.run_after END,
+        finished_at = CASE WHEN o.state = 'queued' THEN NULL ELSE clock_timestamp() END,
+        updated_at = clock_timestamp()
+    FROM outcome o
+    WHERE j.id = o.id
+      AND j.token = o.token
+      AND j.owner = %(owner)s
+      AND j.state = 'running'
+      AND j.lease_until > clock_timestamp()
+    RETURNING j.id, j.tool, j.token, j.attempt, j.state, o.error ->> 'code' AS code,
+              o.attempt_refund
+), journal AS (
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail)
+    SELECT CASE WHEN f.state <> 'queued' THEN f.state
+                WHEN f.attempt_refund > 0 THEN 'released'
+                ELSE 'retried' END,
+           f.id, f.token, f.attempt, %(owner)s, f.tool,
+           CASE WHEN f.code IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('code', f.code) END
+    FROM finished f
+)
+SELECT o.id, f.id IS NOT NULL AS accepted
+FROM outcome o LEFT JOIN finished f ON f.id = o.id
+
+-- name: record_event
+INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail)
+VALUES (%(kind)s, %(job_id)s, %(token)s, %(attempt)s, %(worker)s, %(tool)s, %(detail)s)
+
+-- name: job_states
+SELECT id, state, owner, token FROM tenure_jobs WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: get_job
+SELECT * FROM tenure_jobs WHERE id = %(id)s
+
+-- name: list_jobs
+SELECT * FROM tenure_jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(tool)s::text IS NULL OR tool = %(tool)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: job_events
+SELECT * FROM tenure_events WHERE job_id = %(job_id)s ORDER BY id
+
+-- name: cancel_job
+WITH cancelled AS (
+    UPDATE tenure_jobs
+    SET state = 'cancelled', lease_until = NULL, finished_at = clock_timestamp(),
+        updated_at = clock_timestamp(),
+        error = jsonb_build_object('code', 'cancelled', 'message', 'cancelled by an operator')
+    WHERE id = %(id)s AND state IN ('queued', 'running')
+    RETURNING *
+), journal AS (
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail)
+    SELECT 'cancelled', c.id, c.token, c.attempt, c.owner, c.tool, '{}'::jsonb FROM cancelled c
+)
+SELECT * FROM cancelled
+
+-- name: retry_job
+WITH retried AS (
+    UPDATE tenure_jobs
+    SET state = 'queued', run_after = clock_timestamp(), finished_at = NULL,
+        max_attempts = GREATEST(max_attempts, attempt + 1), updated_at = clock_timestamp()
+    WHERE id = %(id)s AND state IN ('failed', 'cancelled')
+    RETURNING *
+), journal AS (
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail)
+    SELECT 'retry_requested', r.id, r.token, r.attempt, NULL, r.tool, '{}'::jsonb FROM retried r
+)
+SELECT * FROM retried
+
+-- name: fail_exhausted_leases
+WITH clock AS (
+    SELECT clock_timestamp() AS now
+), exhausted AS (
+    SELECT id FROM tenure_jobs
+    WHERE lease_until < (SELECT now FROM clock)
+      AND state = 'running'
+      AND attempt >= max_attempts
+    ORDER BY lease_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), failed AS (
+    UPDATE tenure_jobs j
+    SET state = 'failed', lease_until = NULL, finished_at = clock_timestamp(),
+        updated_at = clock_timestamp(),
+        error = jsonb_build_object('code', 'lease_expired',
+                                   'message', 'the lease expired on the last allowed attempt')
+    FROM exhausted e
+    WHERE j.id = e.id
+    RETURNING j.id, j.token, j.attempt, j.owner, j.tool
+), journal AS (
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail)
+    SELECT 'failed', f.id, f.token, f.attempt, f.owner, f.tool,
+           '{"code": "lease_expired"}'::jsonb
+    FROM failed f
+)
+SELECT id FROM failed
+
+-- name: db_now
+SELECT clock_timestamp() AS db_now
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) AS version FROM tenure_migrations
+
+-- name: listen
+LISTEN tenure_jobs
+
+-- name: event_summary
+SELECT kind, count(*) AS n,
+       count(*) FILTER (WHERE detail ? 'previous_token') AS reclaims
+FROM tenure_events GROUP BY kind
+
+-- name: state_summary
+SELECT state, count(*) AS n, sum(attempt) AS attempts FROM tenure_jobs GROUP BY state
+
+-- name: duplicate_commits
+SELECT count(*) AS n FROM (
+    SELECT job_id FROM tenure_events WHERE kind = 'succeeded'
+    GROUP BY job_id HAVING count(*) > 1
+) AS twice

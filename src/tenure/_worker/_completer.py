@@ -1,0 +1,132 @@
+"""Fenced commits, batched: whatever outcomes are waiting go out in one statement.
+
+There is no artificial delay: while one statement is in flight, new outcomes
+queue up and form the next batch, so batches grow exactly when the database
+is the bottleneck. Each row is still guarded by owner + token + state + lease.
+
+A commit the database refused (zero rows) is a *rejected result*: journaled,
+never published. A commit whose answer never came is uncertain; it is tried
+again while the lease may still hold, and a refusal after such a retry is
+checked against the row (the first try may have landed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+
+from .._log import log_event
+from .._store._store import ClaimedJob, Finish, Store
+from ._ownership import Ownership
+
+logger = logging.getLogger("tenure.completer")
+
+MAX_BATCH = 500
+COMMIT_TIMEOUT = 10.0
+RETRY_PAUSE = 0.2
+
+
+@dataclass(eq=False, slots=True)
+class _Pending:
+    job: ClaimedJob
+    finish: Finish
+    ownership: Ownership
+    done: asyncio.Future[bool]
+    uncertain: bool = False
+
+
+class Completer:
+    def __init__(self, store: Store, owner: str, on_result: Callable[[str], None]) -> None:
+        self._store = store
+        self._owner = owner
+        self._on_result = on_result
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="tenure-completer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def commit(self, job: ClaimedJob, finish: Finish, ownership: Ownership) -> bool:
+        """Queue one fenced outcome and wait for the database's verdict on it."""
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Pending(job, finish, ownership, done))
+        return await done
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < MAX_BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            await self._flush(batch)
+
+    async def _flush(self, batch: list[_Pending]) -> None:
+        try:
+            verdicts = await asyncio.wait_for(
+                self._store.finish_many(self._owner, [p.finish for p in batch]), COMMIT_TIMEOUT
+            )
+        except (psycopg.Error, TimeoutError) as exc:
+            for pending in batch:
+                pending.uncertain = True
+                if pending.ownership.remaining() > 0:
+                    log_event(
+                        logger,
+                        "commit_uncertain",
+                        job=pending.job,
+                        worker=self._owner,
+                        error=type(exc).__name__,
+                    )
+                    asyncio.get_running_loop().call_later(
+                        RETRY_PAUSE, self._queue.put_nowait, pending
+                    )
+                else:
+                    await self._settle(pending, False)
+            return
+        for pending in batch:
+            await self._settle(pending, verdicts.get(pending.job.id, False))
+
+    async def _settle(self, pending: _Pending, accepted: bool) -> None:
+        if not accepted and pending.uncertain:
+            accepted = await self._landed_earlier(pending)
+        kind = pending.finish.state if accepted else "result_rejected"
+        if not accepted:
+            log_event(
+                logger,
+                "result_rejected",
+                job=pending.job,
+                worker=self._owner,
+                level=logging.WARNING,
+                outcome=pending.finish.state,
+            )
+            try:
+                await self._store.record_event(
+                    "result_rejected",
+                    job_id=pending.job.id,
+                    token=pending.job.token,
+                    attempt=pending.job.attempt,
+                    worker=self._owner,
+                    tool=pending.job.tool,
+                    detail={"outcome": pending.finish.state},
+                )
+            except psycopg.Error:
+                pass  # the log line carries it
+        self._on_result(kind)
+        if not pending.done.done():
+            pending.done.set_result(accepted)
+
+    async def _landed_earlier(self, pending: _Pending) -> bool:
+        try:
+            row = await self._store.get_job(pending.job.id)
+        except Exception:
+            return False
+        return row.token == pending.job.token and row.state == pending.finish.state

@@ -1,0 +1,218 @@
+"""The heartbeat thread: one batched extension per tick for every lease the process holds.
+
+It runs on its own OS thread with its own connection, so a blocked event loop
+or a hung native call in a tool cannot stop it. It is also not blind: a lease
+is extended only while its executor is alive and observable — the task is not
+done, the event loop answered recently (for async tools), and the time limit
+has not passed. An unobservable job is simply not extended; its lease runs out
+and the work goes to someone who can be watched.
+
+Zero rows for a job means the lease is lost: the tool is stopped and the
+heartbeat is never retried. A database error means ownership is unknown: the
+tool may not start a new irreversible step, and the thread keeps trying only
+while the conservative deadline leaves time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psycopg
+
+from .._log import log_event
+from .._store._store import ClaimedJob, LeaseConnection
+from ._ownership import Ownership
+
+logger = logging.getLogger("tenure.heartbeat")
+
+MIN_TIMEOUT = 0.2
+MAX_TIMEOUT = 10.0
+JOURNAL_TIMEOUT = 1.0
+
+
+@dataclass(eq=False, slots=True)
+class Held:
+    """One lease this process holds, and how to tell whether its executor lives."""
+
+    job: ClaimedJob
+    ownership: Ownership
+    lease_ms: int
+    heartbeat: float
+    time_limit: float
+    started_at: float
+    is_alive: Callable[[], bool]
+    on_end: Callable[[str], None]
+    next_beat: float = 0.0
+    unobservable_logged: bool = field(default=False)
+
+    def observable(self, now: float) -> bool:
+        return now - self.started_at < self.time_limit and self.is_alive()
+
+
+class HeartbeatThread:
+    """Extends held leases; reports lost ones through each job's ``on_end``."""
+
+    def __init__(self, dsn: str, owner: str, *, journal_ok: bool = False) -> None:
+        self._conn = LeaseConnection(dsn)
+        self._owner = owner
+        self._journal_ok = journal_ok
+        self._held: dict[int, Held] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tenure-heartbeat", daemon=True)
+        self.ticks = 0
+        self.statements = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self._conn.close()
+
+    def hold(self, held: Held) -> None:
+        held.next_beat = held.started_at + held.heartbeat
+        with self._lock:
+            self._held[held.job.id] = held
+        self._wake.set()
+
+    def release(self, job_id: int) -> None:
+        with self._lock:
+            self._held.pop(job_id, None)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            with self._lock:
+                held = list(self._held.values())
+            for item in held:
+                if item.ownership.status == "lost" and item.ownership.reason == "deadline_passed":
+                    self._end(item, "deadline_passed")
+            due = [h for h in held if h.next_beat <= now and not h.ownership.ended.is_set()]
+            if due:
+                try:
+                    self._tick(due, now)
+                except Exception:  # the thread must outlive any single bad tick
+                    logger.exception("heartbeat tick failed")
+            with self._lock:
+                upcoming = [h.next_beat for h in self._held.values()]
+            wait = min(upcoming, default=now + 1.0) - time.monotonic()
+            self._wake.wait(max(0.0, min(wait, 1.0)))
+            self._wake.clear()
+
+    def _tick(self, due: list[Held], now: float) -> None:
+        live: list[Held] = []
+        for item in due:
+            if item.observable(now):
+                live.append(item)
+                continue
+            item.next_beat = now + item.heartbeat
+            if not item.unobservable_logged:
+                item.unobservable_logged = True
+                log_event(
+                    logger,
+                    "heartbeat_withheld",
+                    job=item.job,
+                    worker=self._owner,
+                    reason="executor_unobservable",
+                )
+                self._journal("heartbeat_lost", item, {"reason": "executor_unobservable"})
+        if not live:
+            return
+        timeout = min(max(min(h.heartbeat for h in live), MIN_TIMEOUT), MAX_TIMEOUT)
+        sent_at = time.monotonic()
+        self.ticks += 1
+        self.statements += 1
+        try:
+            answers = self._conn.extend(
+                self._owner, [(h.job.id, h.job.token, h.lease_ms) for h in live], timeout
+            )
+        except psycopg.Error as exc:
+            for item in live:
+                item.next_beat = time.monotonic() + item.heartbeat / 2
+                if item.ownership.mark_unknown():
+                    log_event(
+                        logger,
+                        "ownership_unknown",
+                        job=item.job,
+                        worker=self._owner,
+                        reason="db_error",
+                        error=type(exc).__name__,
+                        remaining=round(item.ownership.remaining(), 3),
+                    )
+            return
+        by_id = {h.job.id: h for h in live}
+        lost: list[Held] = []
+        for answer in answers:
+            item = by_id[answer.job_id]
+            remaining = answer.remaining
+            if remaining is None:
+                lost.append(item)
+                continue
+            item.ownership.confirm(sent_at, remaining)
+            item.unobservable_logged = False
+            item.next_beat = sent_at + item.heartbeat
+            if logger.isEnabledFor(logging.DEBUG):
+                log_event(
+                    logger,
+                    "heartbeat_ok",
+                    job=item.job,
+                    worker=self._owner,
+                    level=logging.DEBUG,
+                    lease_remaining=round(remaining, 3),
+                )
+            if self._journal_ok:
+                self._journal("heartbeat_ok", item, {"lease_remaining": round(remaining, 3)})
+        if lost:
+            self._report_lost(lost, timeout)
+
+    def _report_lost(self, lost: list[Held], timeout: float) -> None:
+        try:
+            states = self._conn.states([h.job.id for h in lost], timeout)
+        except psycopg.Error:
+            states = {}
+        for item in lost:
+            with self._lock:
+                still_held = self._held.get(item.job.id) is item
+            if not still_held:
+                continue  # committed or abandoned while the statement was in flight
+            if states.get(item.job.id) == "cancelled":
+                self._end(item, "cancelled")
+            else:
+                self._end(item, "zero_rows")
+
+    def _end(self, item: Held, reason: str) -> None:
+        changed = (
+            item.ownership.mark_cancelled()
+            if reason == "cancelled"
+            else item.ownership.mark_lost(reason)
+        )
+        if reason == "deadline_passed":
+            changed = True  # the status flipped inside Ownership when the deadline passed
+        self.release(item.job.id)
+        if not changed:
+            return
+        log_event(
+            logger,
+            "heartbeat_lost" if reason != "cancelled" else "cancel_observed",
+            job=item.job,
+            worker=self._owner,
+            reason=reason,
+        )
+        if reason != "cancelled":
+            self._journal("heartbeat_lost", item, {"reason": reason})
+        item.on_end(reason)
+
+    def _journal(self, kind: str, item: Held, detail: dict[str, object]) -> None:
+        try:
+            self._conn.record_event(kind, item.job, self._owner, detail, JOURNAL_TIMEOUT)
+        except psycopg.Error:
+            pass  # the log line above already carries it; the journal is best effort here

@@ -1,0 +1,105 @@
+"""What one worker knows about one lease, shared by the heartbeat thread and the tool.
+
+Three states, never merged: *owned* until a conservative local deadline,
+*unknown* when the database did not answer (the lease may still hold, but no
+new irreversible step may start), *lost* when the database said zero rows or
+the local deadline passed. The deadline is measured on this process's
+monotonic clock from the moment the confirming statement was *sent*, using the
+remaining time the database itself reported (``lease_until - db_now``), so
+neither clock skew nor a slow reply can stretch it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Literal
+
+from .._errors import JobCancelled, LeaseLost, OwnershipUnknown
+
+Status = Literal["owned", "unknown", "lost", "cancelled"]
+
+
+class Ownership:
+    """Thread-safe ownership record of one claimed job."""
+
+    def __init__(self, sent_at: float, remaining: float) -> None:
+        self._lock = threading.Lock()
+        self._status: Status = "owned"
+        self._deadline = sent_at + remaining
+        self._reason = ""
+        self.confirmed_at = sent_at
+        self.ended = threading.Event()  # set once lost or cancelled
+
+    @property
+    def status(self) -> Status:
+        with self._lock:
+            if self._status in ("owned", "unknown") and time.monotonic() >= self._deadline:
+                self._lose("deadline_passed")
+            return self._status
+
+    @property
+    def reason(self) -> str:
+        return self._reason
+
+    def remaining(self) -> float:
+        """Seconds of lease this worker may still count on (never negative)."""
+        with self._lock:
+            if self._status in ("lost", "cancelled"):
+                return 0.0
+            return max(0.0, self._deadline - time.monotonic())
+
+    def confirm(self, sent_at: float, remaining: float) -> None:
+        with self._lock:
+            if self._status in ("lost", "cancelled"):
+                return  # zero rows once means gone for good; never resurrect
+            self._deadline = max(self._deadline, sent_at + remaining)
+            self._status = "owned"
+            self.confirmed_at = sent_at
+
+    def mark_unknown(self) -> bool:
+        """Record that the database did not answer; True if this is news."""
+        with self._lock:
+            if self._status != "owned":
+                return False
+            self._status = "unknown"
+            return True
+
+    def mark_lost(self, reason: str) -> bool:
+        with self._lock:
+            if self._status in ("lost", "cancelled"):
+                return False
+            self._lose(reason)
+            return True
+
+    def mark_cancelled(self) -> bool:
+        with self._lock:
+            if self._status in ("lost", "cancelled"):
+                return False
+            self._status = "cancelled"
+            self._reason = "cancelled"
+            self.ended.set()
+            return True
+
+    def _lose(self, reason: str) -> None:
+        self._status = "lost"
+        self._reason = reason
+        self.ended.set()
+
+    def ensure(self, margin: float) -> None:
+        """Raise unless a new irreversible step may start now."""
+        status = self.status
+        if status == "cancelled":
+            raise JobCancelled("the job was cancelled by an operator")
+        if status == "lost":
+            raise LeaseLost(f"the lease is lost ({self._reason})")
+        if status == "unknown":
+            raise OwnershipUnknown(
+                "the database has not confirmed the lease; no new irreversible step may start"
+            )
+        left = self.remaining()
+        if left < margin:
+            raise OwnershipUnknown(
+                f"only {left:.3f} s of confirmed lease remain, below the safety margin "
+                f"of {margin:.3f} s"
+            )

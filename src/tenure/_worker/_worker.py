@@ -1,0 +1,340 @@
+"""The worker: claims jobs, runs them under leases, commits what it still owns.
+
+Flow: a notification (LISTEN/NOTIFY) or the poll timer wakes the claim loop
+→ one statement claims up to the free capacity → each job runs in its own
+task while the heartbeat thread extends its lease → the completer commits the
+outcome, fenced. Shutdown is soft then hard: stop claiming, let running calls
+finish within the grace period, then cancel the rest and hand their leases
+back without burning an attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import secrets
+import signal
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from .._context import Context
+from .._errors import PolicyError
+from .._log import log_event
+from .._maintenance._rescuer import Rescuer, RescuerConfig
+from .._store._store import CONNECT_OPTIONS, LISTEN, ClaimedJob, Store
+from ._completer import Completer
+from ._executor import Executor, Stopped
+from ._heartbeat import HeartbeatThread, Held
+from ._ownership import Ownership
+
+if TYPE_CHECKING:
+    from .._app import App
+
+logger = logging.getLogger("tenure.worker")
+
+MAX_CONCURRENCY = 10_000
+PULSE_INTERVAL = 0.05
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Worker:
+    """Runs the tools registered on an App. Create it with ``app.worker(...)``."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        concurrency: int = 10,
+        claim_batch: int = 100,
+        poll_interval: float = 1.0,
+        grace: float = 10.0,
+        name: str | None = None,
+        rescuer: RescuerConfig | None = None,
+    ) -> None:
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise PolicyError(f"concurrency={concurrency} is outside [1, {MAX_CONCURRENCY}]")
+        if not 1 <= claim_batch <= 1000:
+            raise PolicyError(f"claim_batch={claim_batch} is outside [1, 1000]")
+        if not 0.01 <= poll_interval <= 60:
+            raise PolicyError(f"poll_interval={poll_interval} is outside [0.01, 60] s")
+        if not 0 <= grace <= 3600:
+            raise PolicyError(f"grace={grace} is outside [0, 3600] s")
+        if not app.tools:
+            raise PolicyError("the app has no registered tools; a worker would have nothing to do")
+        self.app = app
+        self.name = name or default_worker_name()
+        self.concurrency = concurrency
+        self.claim_batch = claim_batch
+        self.poll_interval = poll_interval
+        self.grace = grace
+        self._rescuer_config = rescuer or RescuerConfig(
+            interval=min(1.0, min(t.policy.lease.lease for t in app.tools.values()) / 2)
+        )
+        self._lease_ms = {name: spec.policy.lease.lease_ms for name, spec in app.tools.items()}
+        self._active: dict[int, asyncio.Task[None]] = {}
+        self._stop_reasons: dict[int, Stopped] = {}
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._loop_seen = time.monotonic()
+        self.counts: Counter[str] = Counter()
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def _count(self, kind: str) -> None:
+        self.counts[kind] += 1
+
+    def stop(self) -> None:
+        """Soft stop: claim nothing more; running calls get the grace period."""
+        self._stopping.set()
+        self._wake.set()
+
+    async def run(self, *, handle_signals: bool = True) -> None:
+        """Run until `stop()` (or SIGTERM/SIGINT when ``handle_signals``)."""
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        store = Store(self.app.dsn, max_size=4)
+        await store.open()
+        heartbeat = HeartbeatThread(self.app.dsn, self.name)
+        executor = Executor(self.concurrency)
+        completer = Completer(store, self.name, self._count)
+        rescuer = Rescuer(store, self._rescuer_config)
+        background = [
+            asyncio.create_task(self._pulse(), name="tenure-pulse"),
+            asyncio.create_task(self._listen(), name="tenure-listen"),
+        ]
+        heartbeat.start()
+        completer.start()
+        rescuer.start()
+        log_event(
+            logger,
+            "worker_started",
+            worker=self.name,
+            concurrency=self.concurrency,
+            tools=",".join(sorted(self._lease_ms)),
+        )
+        try:
+            await self._claim_loop(store, heartbeat, executor, completer)
+            await self._drain()
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await rescuer.stop()
+            await completer.stop()
+            heartbeat.stop()
+            executor.shutdown()
+            await store.close()
+            if handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+            log_event(
+                logger,
+                "worker_stopped",
+                worker=self.name,
+                counts=",".join(f"{k}:{v}" for k, v in sorted(self.counts.items())),
+            )
+
+    async def _drain(self) -> None:
+        if self._active:
+            log_event(
+                logger,
+                "worker_draining",
+                worker=self.name,
+                running=len(self._active),
+                grace=self.grace,
+            )
+            await asyncio.wait(list(self._active.values()), timeout=self.grace)
+        for job_id, task in list(self._active.items()):
+            self._stop_reasons[job_id] = Stopped("shutdown")
+            task.cancel()
+        if self._active:
+            await asyncio.wait(list(self._active.values()))
+
+    # -- claiming --------------------------------------------------------------
+
+    async def _claim_loop(
+        self, store: Store, heartbeat: HeartbeatThread, executor: Executor, completer: Completer
+    ) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            free = self.concurrency - len(self._active)
+            if free > 0:
+                asked = min(free, self.claim_batch)
+                sent_at = time.monotonic()
+                try:
+                    jobs = await store.claim(self.name, self._lease_ms, asked)
+                except psycopg.Error as exc:
+                    log_event(
+                        logger,
+                        "claim_failed",
+                        worker=self.name,
+                        level=logging.WARNING,
+                        error=type(exc).__name__,
+                    )
+                    jobs = []
+                for job in jobs:
+                    self._start(job, sent_at, heartbeat, executor, completer)
+                if len(jobs) == asked:
+                    continue  # there may be more waiting
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+            except TimeoutError:
+                pass
+
+    def _start(
+        self,
+        job: ClaimedJob,
+        sent_at: float,
+        heartbeat: HeartbeatThread,
+        executor: Executor,
+        completer: Completer,
+    ) -> None:
+        spec = self.app.tools[job.tool]
+        ownership = Ownership(sent_at, job.lease_remaining)
+        ctx = Context(
+            job_id=job.id,
+            tool=job.tool,
+            token=job.token,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            worker=self.name,
+            ownership=ownership,
+            safety_margin=spec.policy.lease.margin,
+            signing_key=self.app.signing_key,
+        )
+        self.counts["claimed"] += 1
+        if job.previous_token is not None:
+            self.counts["reclaimed"] += 1
+        log_event(
+            logger,
+            "job_claimed",
+            job=job,
+            worker=self.name,
+            lease_remaining=round(job.lease_remaining, 3),
+            reclaimed_from=job.previous_owner,
+            previous_token=job.previous_token,
+        )
+        task = asyncio.create_task(
+            self._execute(job, ctx, ownership, executor, completer), name=f"tenure-job-{job.id}"
+        )
+        self._active[job.id] = task
+        loop = asyncio.get_running_loop()
+        policy = spec.policy
+        heartbeat.hold(
+            Held(
+                job=job,
+                ownership=ownership,
+                lease_ms=policy.lease.lease_ms,
+                heartbeat=policy.lease.heartbeat,
+                time_limit=policy.time_limit,
+                started_at=sent_at,
+                is_alive=self._observer(task, policy.lease.heartbeat),
+                on_end=functools.partial(self._interrupt_threadsafe, loop, job.id),
+            )
+        )
+        task.add_done_callback(lambda _: self._finished(job.id, heartbeat))
+
+    def _observer(self, task: asyncio.Task[None], heartbeat: float) -> Callable[[], bool]:
+        """Alive means: the task is not done and the event loop answered within one beat."""
+        stall_limit = max(heartbeat, 4 * PULSE_INTERVAL)
+        return lambda: not task.done() and time.monotonic() - self._loop_seen < stall_limit
+
+    def _finished(self, job_id: int, heartbeat: HeartbeatThread) -> None:
+        heartbeat.release(job_id)
+        self._active.pop(job_id, None)
+        self._stop_reasons.pop(job_id, None)
+        self._wake.set()
+
+    def _interrupt_threadsafe(
+        self, loop: asyncio.AbstractEventLoop, job_id: int, reason: str
+    ) -> None:
+        """Called from the heartbeat thread: the loop cancels the task when it can."""
+        loop.call_soon_threadsafe(self._interrupt, job_id, reason)
+
+    def _interrupt(self, job_id: int, reason: str) -> None:
+        task = self._active.get(job_id)
+        if task is None or task.done():
+            return
+        self._stop_reasons[job_id] = Stopped("cancelled" if reason == "cancelled" else "lease_lost")
+        self.counts["cancelled" if reason == "cancelled" else "lease_lost"] += 1
+        task.cancel()
+
+    async def _execute(
+        self,
+        job: ClaimedJob,
+        ctx: Context,
+        ownership: Ownership,
+        executor: Executor,
+        completer: Completer,
+    ) -> None:
+        spec = self.app.tools[job.tool]
+        started = time.monotonic()
+        try:
+            finish = await executor.run(spec, ctx, job, self._stop_reasons)
+        except asyncio.CancelledError:
+            return  # the worker itself is going down hard; the lease will expire
+        if finish is None:
+            log_event(
+                logger,
+                "call_abandoned",
+                job=job,
+                worker=self.name,
+                reason=ownership.reason or "stopped",
+                duration=round(time.monotonic() - started, 3),
+            )
+            return
+        log_event(
+            logger,
+            "call_finished",
+            job=job,
+            worker=self.name,
+            outcome=finish.state,
+            code=(finish.error or {}).get("code"),
+            duration=round(time.monotonic() - started, 3),
+        )
+        await completer.commit(job, finish, ownership)
+
+    # -- background ------------------------------------------------------------
+
+    async def _pulse(self) -> None:
+        """Proof of a responsive event loop, read by the heartbeat thread."""
+        while True:
+            self._loop_seen = time.monotonic()
+            await asyncio.sleep(PULSE_INTERVAL)
+
+    async def _listen(self) -> None:
+        """Wake the claim loop on NOTIFY; the poll timer covers lost notifications."""
+        pause = 0.1
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.app.dsn, autocommit=True, **CONNECT_OPTIONS
+                )
+                async with conn:
+                    await conn.execute(LISTEN)
+                    pause = 0.1
+                    self._wake.set()
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except psycopg.Error as exc:
+                log_event(
+                    logger,
+                    "listen_failed",
+                    worker=self.name,
+                    level=logging.DEBUG,
+                    error=type(exc).__name__,
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 5.0)

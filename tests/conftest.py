@@ -1,0 +1,56 @@
+"""Shared fixtures: one real PostgreSQL database per test run.
+
+With ``TENURE_TEST_DSN`` set, a fresh database is created on that server for
+this run (and dropped at the end); otherwise an embedded PostgreSQL is started
+in a temporary directory. Nothing here is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+
+def _server_dsn(tmp_root: Path) -> Iterator[str]:
+    given = os.environ.get("TENURE_TEST_DSN")
+    if given:
+        yield given
+        return
+    from tenure._embedded import EmbeddedPostgres
+
+    server = EmbeddedPostgres(tmp_root / "embedded")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A DSN for the server the run uses (maintenance database)."""
+    root = tmp_path_factory.mktemp("pg")
+    os.chmod(root, 0o755)  # the embedded server may run as `nobody` when we are root
+    yield from _server_dsn(root)
+
+
+@pytest.fixture(scope="session")
+def database_dsn(server_dsn: str) -> Iterator[str]:
+    """A DSN for a database created for this test run only."""
+    name = f"tenure_test_{os.getpid()}_{secrets.token_hex(3)}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+    params = conninfo_to_dict(server_dsn)
+    params["dbname"] = name
+    yield make_conninfo(**params)  # type: ignore[arg-type]
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(
+            psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                psycopg.sql.Identifier(name)
+            )
+        )
