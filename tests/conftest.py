@@ -54,3 +54,23 @@ def database_dsn(server_dsn: str) -> Iterator[str]:
                 psycopg.sql.Identifier(name)
             )
         )
+
+
+@pytest.fixture
+def tenure_dsn(database_dsn: str) -> str:
+    """A DSN whose search_path is a fresh schema with tenure's tables migrated into it.
+
+    Every test gets its own jobs table, fencing sequence and journal, so tests
+    never see each other's rows (NOTIFY channels are shared, which only wakes
+    workers early).
+    """
+    from tenure._store._store import migrate
+
+    schema = f"t_{secrets.token_hex(5)}"
+    with psycopg.connect(database_dsn, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
+    params = conninfo_to_dict(database_dsn)
+    params["options"] = f"-c search_path={schema}"
+    dsn = make_conninfo(**params)  # type: ignore[arg-type]
+    migrate(dsn)
+    return dsn

@@ -1,0 +1,28 @@
+"""The public surface is small and deliberate: __all__ lists exactly the public names."""
+
+import tenure
+import tenure.fence
+
+
+def _public(module: object) -> list[str]:
+    return sorted(
+        name for name in vars(module) if not name.startswith("_") and name != "annotations"
+    )
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert tenure.__all__ == sorted(tenure.__all__)
+    assert sorted(tenure.__all__) == _public(tenure)
+
+
+def test_every_public_name_resolves_and_is_documented() -> None:
+    for name in tenure.__all__:
+        value = getattr(tenure, name)
+        assert value.__doc__, f"tenure.{name} has no docstring"
+        assert value.__module__.startswith("tenure._"), f"{name} lives in a public module"
+
+
+def test_fence_surface() -> None:
+    assert sorted(tenure.fence.__all__) == tenure.fence.__all__
+    for name in tenure.fence.__all__:
+        assert hasattr(tenure.fence, name)
