@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,11 +34,16 @@ def _server_dsn(tmp_root: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_dsn() -> Iterator[str]:
     """A DSN for the server the run uses (maintenance database)."""
-    root = tmp_path_factory.mktemp("pg")
-    os.chmod(root, 0o755)  # the embedded server may run as `nobody` when we are root
-    yield from _server_dsn(root)
+    # Not under pytest's tmp_path: as root the embedded server runs as `nobody`,
+    # which cannot enter /tmp/pytest-of-root (0700).
+    root = Path(tempfile.mkdtemp(prefix="tenure-test-"))
+    os.chmod(root, 0o755)
+    try:
+        yield from _server_dsn(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,17 @@
 """The public surface is small and deliberate: __all__ lists exactly the public names."""
 
+import types
+
 import tenure
 import tenure.fence
 
 
 def _public(module: object) -> list[str]:
+    """Public attributes, less submodules (``tenure.fence`` is reached as a module)."""
     return sorted(
-        name for name in vars(module) if not name.startswith("_") and name != "annotations"
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
     )
 
 

@@ -189,7 +189,7 @@ class Store:
         return found
 
     async def enqueue_many(self, jobs: Sequence[NewJob]) -> int:
-        """Insert many jobs in one statement; returns how many keys were new."""
+        """Queue many jobs in one statement; returns how many keys were new."""
         return await self._execute(
             "enqueue_many",
             {

@@ -209,9 +209,6 @@ SELECT id FROM failed
 -- name: db_now
 SELECT clock_timestamp() AS db_now
 
--- name: schema_version
-SELECT coalesce(max(version), 0) AS version FROM tenure_migrations
-
 -- name: listen
 LISTEN tenure_jobs
 

@@ -58,6 +58,9 @@ CREATE INDEX tenure_events_at ON tenure_events (at);
 
 -- One notification per enqueueing statement wakes idle workers; the payload is empty
 -- (workers claim whatever is due), so bulk inserts cost one NOTIFY, not one per row.
+-- NOTIFY takes a global lock at commit, so an enqueue that inserted nothing (a
+-- repeated idempotency key) must not send one: the trigger looks at the statement's
+-- transition table first.
 CREATE FUNCTION tenure_notify_queued() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('tenure_jobs', '');
@@ -65,8 +68,18 @@ BEGIN
 END;
 $$;
 
+CREATE FUNCTION tenure_notify_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM inserted) THEN
+        PERFORM pg_notify('tenure_jobs', '');
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
 CREATE TRIGGER tenure_jobs_notify AFTER INSERT ON tenure_jobs
-    FOR EACH STATEMENT EXECUTE FUNCTION tenure_notify_queued();
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION tenure_notify_inserted();
 
 -- A job that goes back to the queue (retry, released lease, operator retry) wakes
 -- workers too; PostgreSQL folds identical notifications within a transaction.

