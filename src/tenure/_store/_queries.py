@@ -1,6 +1,6 @@
 """Named SQL, parsed once from a `.sql` file.
 
-Every statement tenure sends lives in a `queries.sql` file under a
+Every statement tenure sends lives in a `.sql` file under a
 ``-- name: some_query`` header; runtime code refers to it by name and never
 builds SQL. Parameters are always bound (``%(name)s`` placeholders), never
 formatted in.

@@ -25,9 +25,9 @@ from psycopg_pool import AsyncConnectionPool
 from .._errors import ConfigError, IdempotencyConflict, JobNotFound
 from .._job import Job
 from ._migrate import migrate as apply_migrations
-from ._queries import load_queries
+from ._queries import load_query_folder
 
-QUERIES = load_queries("tenure._store")
+QUERIES = load_query_folder("tenure._store.queries")
 MIGRATIONS_PACKAGE = "tenure._store.migrations"
 MIGRATIONS_TABLE = "tenure_migrations"
 MIGRATION_LOCK = 0x7E2E_0001
