@@ -38,3 +38,20 @@ def load_queries(
     """Load a package's named queries (read once, at import of the caller)."""
     text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
     return parse_queries(text)
+
+
+def load_query_folder(package: str) -> MappingProxyType[str, LiteralString]:
+    """Load every ``*.sql`` file of a package into one namespace of named queries.
+
+    One folder is the single home of tenure's SQL; files only group statements
+    by feature (jobs, journal, pipelines). A name defined in two files is a bug.
+    """
+    merged: dict[str, LiteralString] = {}
+    for entry in sorted(resources.files(package).iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        for name, statement in parse_queries(entry.read_text(encoding="utf-8")).items():
+            if name in merged:
+                raise ValueError(f"query {name!r} is defined twice (again in {entry.name})")
+            merged[name] = statement
+    return MappingProxyType(merged)
