@@ -58,7 +58,7 @@ def sync_guard(fence_dsn: str) -> Iterator[SyncFenceGuard]:
 def lock_waiters(fence_dsn: str) -> Iterator[psycopg.Connection[tuple[int]]]:
     """A watcher connection: how many backends of this database wait on a lock right now."""
     with psycopg.connect(fence_dsn, autocommit=True) as conn:
-        yield conn  # type: ignore[misc]
+        yield conn
 
 
 def waiting_on_locks(conn: psycopg.Connection[tuple[int]]) -> int:

@@ -87,8 +87,13 @@ async def test_bad_input_gets_a_typed_error_and_writes_nothing(
 
 @pytest.mark.parametrize(
     "options",
-    [{"idempotency_key": ""}, {"idempotency_key": "x" * 501}, {"priority": 1000},
-     {"delay": -1}, {"delay": float("nan")}],
+    [
+        {"idempotency_key": ""},
+        {"idempotency_key": "x" * 501},
+        {"priority": 1000},
+        {"delay": -1},
+        {"delay": float("nan")},
+    ],
 )
 async def test_bad_options_are_refused(
     app: tenure.App, tenure_dsn: str, options: dict[str, object]
@@ -107,7 +112,7 @@ def test_duplicate_tool_and_bad_signature_are_refused(tenure_dsn: str) -> None:
     app = make_app(tenure_dsn)
     with pytest.raises(tenure.PolicyError, match="already registered"):
         app.tool("fetch")(lambda ctx: None)
-    with pytest.raises(tenure.PolicyError, match="interval|exceed"):
+    with pytest.raises(tenure.PolicyError, match=r"interval|exceed"):
         app.tool("bad", lease=10, heartbeat=5, jitter=1)(lambda ctx: None)
     with pytest.raises(tenure.PolicyError, match="Context"):
         app.tool("noargs")(lambda: None)

@@ -35,14 +35,24 @@ def test_install_and_demo_in_a_fresh_virtualenv() -> None:
     os.chmod(work, 0o755)  # the embedded server runs as nobody under root
     try:
         project = work / "project"
-        shutil.copytree(ROOT, project, ignore=shutil.ignore_patterns(
-            ".venv", ".git", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"))
+        shutil.copytree(
+            ROOT,
+            project,
+            ignore=shutil.ignore_patterns(
+                ".venv", ".git", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"
+            ),
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TENURE_", "VIRTUAL_ENV"))}
         env["TENURE_HOME"] = str(work / "home")
         env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
         done = subprocess.run(
-            ["bash", "-c", install_and_demo], cwd=project, env=env, capture_output=True,
-            text=True, timeout=600, check=False,
+            ["bash", "-c", install_and_demo],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
         )
         out = done.stdout + done.stderr
         assert done.returncode == 0, out[-4000:]
@@ -59,13 +69,23 @@ def test_test_command_installs_and_collects_in_a_fresh_virtualenv() -> None:
     work = Path(tempfile.mkdtemp(prefix="tenure-readme-"))
     try:
         project = work / "project"
-        shutil.copytree(ROOT, project, ignore=shutil.ignore_patterns(
-            ".venv", ".git", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"))
+        shutil.copytree(
+            ROOT,
+            project,
+            ignore=shutil.ignore_patterns(
+                ".venv", ".git", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"
+            ),
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("VIRTUAL_ENV")}
         env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
         done = subprocess.run(
             ["bash", "-c", install + " && .venv/bin/pytest --collect-only -q"],
-            cwd=project, env=env, capture_output=True, text=True, timeout=600, check=False,
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
         )
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
         assert re.search(r"\d+ tests collected", done.stdout)

@@ -2,10 +2,9 @@ import asyncio
 import dataclasses
 
 import pytest
+from tests.store.helpers import new_job
 
 from tenure._store._store import Store
-
-from tests.store.helpers import new_job
 
 pytestmark = pytest.mark.storage
 

@@ -3,10 +3,9 @@
 import asyncio
 
 import pytest
+from tests.store.helpers import new_job
 
 from tenure._store._store import Finish, LeaseConnection, Store
-
-from tests.store.helpers import new_job
 
 pytestmark = pytest.mark.storage
 

@@ -50,8 +50,16 @@ def test_lease_values_outside_caps_are_refused(kwargs: dict[str, object]) -> Non
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"max_attempts": 0}, {"max_attempts": 101}, {"max_attempts": 2.0}, {"backoff": -1},
-     {"backoff": math.nan}, {"factor": 0.5}, {"jitter": 2}, {"permanent": ("x",)}],
+    [
+        {"max_attempts": 0},
+        {"max_attempts": 101},
+        {"max_attempts": 2.0},
+        {"backoff": -1},
+        {"backoff": math.nan},
+        {"factor": 0.5},
+        {"jitter": 2},
+        {"permanent": ("x",)},
+    ],
 )
 def test_retry_values_outside_caps_are_refused(kwargs: dict[str, object]) -> None:
     with pytest.raises(PolicyError):

@@ -28,6 +28,8 @@ def test_every_public_name_resolves_and_is_documented() -> None:
 
 
 def test_fence_surface() -> None:
-    assert sorted(tenure.fence.__all__) == tenure.fence.__all__
-    for name in tenure.fence.__all__:
-        assert hasattr(tenure.fence, name)
+    names = tenure.fence.__all__
+    assert len(set(names)) == len(names)
+    assert sorted(names) == _public(tenure.fence)
+    for name in names:
+        assert getattr(tenure.fence, name) is not None

@@ -1,0 +1,1 @@
+"""Runnable examples of tenure in use (not part of the installed package)."""

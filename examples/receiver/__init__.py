@@ -1,0 +1,1 @@
+"""An example receiver of fenced side effects: a small case-management service."""

@@ -1,0 +1,57 @@
+"""tenure.fence — the receiver kit: reject stale owners, replay repeated requests.
+
+It runs inside the service that receives side effects, on that service's own
+PostgreSQL. Per scope (a job) it keeps the highest fencing token accepted; per
+idempotency key, the request's fingerprint and the response that was sent.
+
+Receiver::
+
+    migrate_fence(dsn)                       # once per start; idempotent
+    guard = FenceGuard(dsn, secret=b"...")   # secret optional; then signatures are required
+    app.add_middleware(FenceMiddleware, guard=guard)
+
+Sender (a tool with tenure's Context, or any FenceSource)::
+
+    client.post(url, json=..., auth=FencedAuth(ctx, "create_case"))
+"""
+
+from ._asgi import FenceDecision, FenceMiddleware
+from ._core import FenceSlot, OperationRecord, StoredResponse, fingerprint
+from ._errors import BadSignature, FingerprintMismatch, MalformedFence, RequestInProgress
+from ._guard import FenceGuard, SyncFenceGuard
+from ._httpx import FencedAuth, FenceSource
+from ._schema import migrate_fence
+from ._signing import (
+    FENCE_HEADER,
+    KEY_HEADER,
+    SCOPE_HEADER,
+    SIGNATURE_HEADER,
+    fence_headers,
+    sign_fence,
+    verify_signature,
+)
+
+__all__ = [
+    "FENCE_HEADER",
+    "KEY_HEADER",
+    "SCOPE_HEADER",
+    "SIGNATURE_HEADER",
+    "BadSignature",
+    "FenceDecision",
+    "FenceGuard",
+    "FenceMiddleware",
+    "FenceSlot",
+    "FenceSource",
+    "FencedAuth",
+    "FingerprintMismatch",
+    "MalformedFence",
+    "OperationRecord",
+    "RequestInProgress",
+    "StoredResponse",
+    "SyncFenceGuard",
+    "fence_headers",
+    "fingerprint",
+    "migrate_fence",
+    "sign_fence",
+    "verify_signature",
+]

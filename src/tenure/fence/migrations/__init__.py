@@ -1,0 +1,1 @@
+"""Plain-SQL migrations of the receiver kit's tables (applied by ``migrate_fence``)."""

@@ -1,0 +1,1 @@
+"""Tool apps that tests run in real worker processes (``python -m tenure worker ...``)."""

@@ -1,0 +1,530 @@
+"""Faults injected into real worker processes on a real PostgreSQL.
+
+Every test runs ``python -m tenure worker tests.apps.fault_app:app`` processes
+and breaks them the way production does: SIGKILL mid-call, SIGSTOP past the
+lease, an event loop blocked by a bad tool, a stuck call, an operator's cancel,
+a SIGTERM during a deploy, a network partition between one worker and the
+database. The assertions read tenure's own tables (state, token, attempt, the
+journal) and marker files the tools write, never the workers' own claims alone.
+
+Leases are 1.5 s renewed every 0.3 s (see tests/apps/fault_app.py), so a dead
+owner is replaced within about two seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from tests.apps.fault_app import BACKOFF, HEARTBEAT, LEASE, LONG_LIMIT
+from tests.support.proxy import FaultProxy, rewrite_dsn
+from tests.support.waiting import wait_until
+from tests.support.workers import Journal, WorkerGroup, WorkerProcess
+
+from tenure import App
+
+pytestmark = pytest.mark.storage
+
+# A reclaim needs the lease to run out (≤ LEASE after the last beat) plus a poll.
+RECLAIM_TIMEOUT = 15.0
+DONE_TIMEOUT = 20.0
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def wait_job(
+    journal: Journal,
+    job_id: int,
+    predicate: Callable[[dict[str, Any]], bool],
+    *,
+    timeout: float = DONE_TIMEOUT,
+    what: str = "",
+    workers: WorkerGroup | None = None,
+) -> dict[str, Any]:
+    """Poll the job's row until ``predicate(row)``; return that row."""
+    seen: dict[str, Any] = {}
+
+    def check() -> bool:
+        seen["row"] = journal.job(job_id)
+        return predicate(seen["row"])
+
+    try:
+        wait_until(check, timeout=timeout, interval=0.02, message=f"job {job_id}: {what}")
+    except AssertionError as exc:
+        row = seen.get("row", {})
+        state = {k: row.get(k) for k in ("state", "owner", "token", "attempt", "error")}
+        logs = workers.logs() if workers is not None else ""
+        raise AssertionError(
+            f"{exc}\nlast row: {state}\njournal: {journal.kinds(job_id)}\n{logs}"
+        ) from None
+    return seen["row"]
+
+
+def wait_running(journal: Journal, job_id: int, workers: WorkerGroup) -> dict[str, Any]:
+    return wait_job(
+        journal,
+        job_id,
+        lambda j: j["state"] == "running",
+        timeout=DONE_TIMEOUT,
+        what="never ran",
+        workers=workers,
+    )
+
+
+def wait_done(journal: Journal, job_id: int, workers: WorkerGroup, **kw: Any) -> dict[str, Any]:
+    return wait_job(
+        journal,
+        job_id,
+        lambda j: j["state"] in ("succeeded", "failed", "cancelled"),
+        what="never finished",
+        workers=workers,
+        **kw,
+    )
+
+
+def lines(path: Path) -> list[list[str]]:
+    """A marker file as split lines (``[what, job, token, worker]``); [] if absent."""
+    if not path.exists():
+        return []
+    return [line.split() for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def marks(path: Path, what: str) -> list[list[str]]:
+    return [line for line in lines(path) if line[0] == what]
+
+
+def wait_mark(path: Path, what: str, timeout: float = DONE_TIMEOUT) -> list[str]:
+    wait_until(
+        lambda: marks(path, what),
+        timeout=timeout,
+        interval=0.01,
+        message=f"no {what!r} line in {path.name}: {lines(path)}",
+    )
+    return marks(path, what)[0]
+
+
+def start_all(*workers: WorkerProcess) -> None:
+    for worker in workers:
+        worker.wait_started()
+
+
+def other(workers: WorkerGroup, name: str) -> WorkerProcess:
+    (found,) = [w for w in workers if w.name != name]
+    return found
+
+
+def succeeded_exactly_once(journal: Journal, job_id: int) -> dict[str, Any]:
+    done = journal.events(job_id, "succeeded")
+    assert len(done) == 1, f"job {job_id} committed {len(done)} times: {journal.kinds(job_id)}"
+    return done[0]
+
+
+# -- crash and pause -----------------------------------------------------------------
+
+
+def test_sigkilled_owner_is_replaced_after_its_lease_and_the_call_completes_once(
+    workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path
+) -> None:
+    out = tmp_path / "record.txt"
+    start_all(workers.spawn("a"), workers.spawn("b"))
+    job = ops.enqueue_sync("record", {"seconds": 1.0, "path": str(out)})
+
+    first = wait_running(journal, job.id, workers)
+    victim = workers[first["owner"]]
+    survivor = other(workers, victim.name)
+    assert victim.kill() == -9
+    killed_at = time.monotonic()
+
+    row = wait_done(journal, job.id, workers)
+    taken_over_after = time.monotonic() - killed_at
+    assert row["state"] == "succeeded", row
+    assert row["owner"] == survivor.name
+    assert row["token"] > first["token"]
+    assert row["attempt"] == 2
+    assert row["result"] == {"worker": survivor.name, "token": row["token"], "attempt": 2}
+
+    done = succeeded_exactly_once(journal, job.id)
+    assert done["token"] == row["token"] and done["worker"] == survivor.name
+    claims = journal.events(job.id, "job_claimed")
+    assert [c["worker"] for c in claims] == [victim.name, survivor.name]
+    assert claims[1]["detail"] == {
+        "previous_token": first["token"],
+        "reclaimed_from": victim.name,
+    }
+    # The side effect happened once, by the new owner, under its token.
+    assert lines(out) == [[str(job.id), str(row["token"]), survivor.name]]
+    # A dead owner is detected within one lease, not by a "stale after N" guess.
+    assert taken_over_after < LEASE + 1.0 + 3.0, taken_over_after
+
+
+def test_sigstopped_owner_past_its_lease_cannot_commit_or_act_after_sigcont(
+    workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path
+) -> None:
+    out = tmp_path / "record.txt"
+    marker = tmp_path / "sleepy.txt"
+    stale = workers.spawn("stale", concurrency=2)
+    stale.wait_started()
+    # record guards its side effect with ensure_owned(); sleepy has no guard at all,
+    # so only the fenced commit stands between the stale owner and the job's result.
+    guarded = ops.enqueue_sync("record", {"seconds": 1.0, "path": str(out)})
+    unguarded = ops.enqueue_sync(
+        "sleepy", {"seconds": 1.0, "marker": str(marker), "only_on": "stale"}
+    )
+    firsts = {j.id: wait_running(journal, j.id, workers) for j in (guarded, unguarded)}
+    wait_mark(marker, "started")
+    assert {r["owner"] for r in firsts.values()} == {"stale"}
+    stale.pause()
+
+    fresh = workers.spawn("fresh", concurrency=2)
+    for job_id, first in firsts.items():
+        wait_job(
+            journal,
+            job_id,
+            lambda j, t=first["token"]: j["token"] > t,
+            timeout=RECLAIM_TIMEOUT,
+            what="was never reclaimed from the stopped worker",
+            workers=workers,
+        )
+    stale.resume()  # wakes up believing it still owns both calls
+
+    for job_id, first in firsts.items():
+        row = wait_done(journal, job_id, workers)
+        assert row["state"] == "succeeded", row
+        assert row["owner"] == "fresh"
+        assert row["token"] > first["token"]
+        assert row["result"]["worker"] == "fresh"
+        assert row["result"]["token"] == row["token"]
+        done = succeeded_exactly_once(journal, job_id)
+        assert done["worker"] == "fresh"
+        # The stale worker must notice: a zero-row/expired heartbeat, a rejected
+        # commit, or ensure_owned() refusing after the local deadline passed.
+        wait_until(
+            lambda jid=job_id: (
+                stale.has_event("heartbeat_lost", job=jid)
+                or stale.has_event("result_rejected", job=jid)
+                or stale.has_event("call_abandoned", job=jid, reason="deadline_passed")
+                or stale.has_event("call_abandoned", job=jid, reason="zero_rows")
+            ),
+            timeout=10,
+            message=f"the stale worker never noticed it lost job {job_id}:\n{stale.log()}",
+        )
+        # If the stale call did run to the end, its commit must have been refused.
+        wait_until(
+            lambda jid=job_id: (
+                not stale.has_event("call_finished", job=jid, outcome="succeeded")
+                or stale.has_event("result_rejected", job=jid)
+            ),
+            timeout=10,
+            message=f"the stale worker's result for job {job_id} was not rejected",
+        )
+        assert fresh.alive and stale.alive
+    # Nothing in the journal credits the stale owner with an outcome.
+    for job_id in firsts:
+        outcomes = [
+            e
+            for e in journal.events(job_id)
+            if e["kind"] in ("succeeded", "failed", "retried", "released")
+        ]
+        assert all(e["worker"] == "fresh" for e in outcomes), outcomes
+    # The guarded side effect ran once, by the new owner; the stale one stopped at
+    # ensure_owned() (or was cancelled) instead of writing after its lease ended.
+    row = journal.job(guarded.id)
+    assert lines(out) == [[str(guarded.id), str(row["token"]), "fresh"]]
+
+
+def test_tool_blocking_the_event_loop_loses_its_lease_and_its_late_commit_is_rejected(
+    workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path
+) -> None:
+    marker = tmp_path / "block.txt"
+    start_all(workers.spawn("a"), workers.spawn("b"))
+    # Attempt 1 blocks its worker's event loop for twice the lease; attempt 2 is quick.
+    job = ops.enqueue_sync("block_loop", {"seconds": 2 * LEASE, "marker": str(marker)})
+    first = wait_running(journal, job.id, workers)
+    blocked = workers[first["owner"]]
+    healthy = other(workers, blocked.name)
+
+    row = wait_done(journal, job.id, workers)
+    assert row["state"] == "succeeded", row
+    assert row["owner"] == healthy.name
+    assert row["token"] > first["token"]
+    assert row["attempt"] == 2
+    assert row["result"] == {"worker": healthy.name, "token": row["token"], "attempt": 2}
+
+    # The heartbeat thread (still alive) refused to extend an unobservable executor.
+    withheld = journal.events(job.id, "heartbeat_lost")
+    assert any(
+        e["token"] == first["token"]
+        and e["worker"] == blocked.name
+        and e["detail"].get("reason") == "executor_unobservable"
+        for e in withheld
+    ), withheld
+    assert blocked.has_event("heartbeat_withheld", job=job.id, token=first["token"])
+    claims = journal.events(job.id, "job_claimed")
+    assert claims[1]["detail"]["previous_token"] == first["token"]
+
+    # When the loop unblocks, the tool returns a result; the fenced commit refuses it.
+    wait_until(
+        lambda: journal.events(job.id, "result_rejected"),
+        timeout=DONE_TIMEOUT,
+        message=f"the blocked worker's late commit was never rejected:\n{blocked.log()}",
+    )
+    (rejected,) = journal.events(job.id, "result_rejected")
+    assert rejected["token"] == first["token"]
+    assert rejected["worker"] == blocked.name
+    assert rejected["detail"] == {"outcome": "succeeded"}
+    assert blocked.has_event("result_rejected", job=job.id, token=first["token"])
+    done = succeeded_exactly_once(journal, job.id)
+    assert done["worker"] == healthy.name
+    # Both attempts really ran to the end; only one result was published.
+    assert sorted(m[2] for m in marks(marker, "finished")) == sorted(
+        [str(first["token"]), str(row["token"])]
+    )
+    assert journal.job(job.id)["result"]["worker"] == healthy.name
+
+
+# -- quality controls: time limit, retries, cancel -----------------------------------
+
+
+def test_call_past_its_time_limit_is_stopped_although_its_heartbeats_succeed(
+    workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path
+) -> None:
+    async_marker = tmp_path / "async.txt"
+    thread_marker = tmp_path / "thread.txt"
+    worker = workers.spawn("a", concurrency=2)
+    jobs = {
+        "async": ops.enqueue_sync("long_limit", {"marker": str(async_marker)}),
+        "thread": ops.enqueue_sync("long_limit_thread", {"marker": str(thread_marker)}),
+    }
+    for kind, job in jobs.items():
+        row = wait_done(journal, job.id, workers)
+        assert row["state"] == "failed", (kind, row)
+        assert row["error"]["code"] == "time_limit", (kind, row["error"])
+        assert row["error"]["exhausted"] is True  # max_attempts=1: the only attempt
+        assert row["attempt"] == 1
+        claims = journal.events(job.id, "job_claimed")
+        assert len(claims) == 1, (kind, journal.kinds(job.id))  # never reclaimed
+        (failed,) = journal.events(job.id, "failed")
+        assert failed["worker"] == "a" and failed["detail"] == {"code": "time_limit"}
+        ran = (failed["at"] - claims[0]["at"]).total_seconds()
+        # Stopped by the time limit, not earlier and not much later ...
+        assert LONG_LIMIT - 0.1 <= ran < LONG_LIMIT + LEASE, (kind, ran)
+        # ... and the call outlived its first lease: the fenced commit was accepted at
+        # LONG_LIMIT > LEASE only because heartbeats kept extending the lease.
+        assert LONG_LIMIT > LEASE
+        beat = (row["heartbeat_at"] - claims[0]["at"]).total_seconds()
+        assert beat > LONG_LIMIT - LEASE, (kind, beat)
+        assert not journal.events(job.id, "succeeded")
+    # The async call was cancelled: the code after its long sleep never ran.
+    assert [m[0] for m in lines(async_marker)] == ["started", "cancelled"]
+    # The threaded call cannot be killed; it was told through ctx.cancelled and stopped.
+    wait_mark(thread_marker, "observed_cancel", timeout=5)
+    assert [m[0] for m in lines(thread_marker)] == ["started", "observed_cancel"]
+    assert worker.has_event("call_finished", job=jobs["async"].id, code="time_limit")
+
+
+def test_retries_back_off_until_max_attempts_and_a_permanent_error_fails_at_once(
+    workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path
+) -> None:
+    exhaust = tmp_path / "exhaust.txt"
+    recover = tmp_path / "recover.txt"
+    refuse = tmp_path / "refuse.txt"
+    workers.spawn("a", concurrency=3)
+    jobs = {
+        "exhaust": ops.enqueue_sync("fail_n", {"n": 10, "marker": str(exhaust)}),
+        "recover": ops.enqueue_sync("fail_n", {"n": 2, "marker": str(recover)}),
+        "refuse": ops.enqueue_sync("permanent", {"marker": str(refuse)}),
+    }
+    rows = {k: wait_done(journal, j.id, workers) for k, j in jobs.items()}
+    max_attempts = jobs["exhaust"].max_attempts
+    assert max_attempts == 3
+
+    # Retryable failures on every attempt: failed with the reason, attempts used up.
+    row = rows["exhaust"]
+    assert row["state"] == "failed", row
+    assert row["attempt"] == max_attempts
+    assert row["error"]["code"] == "retryable"
+    assert row["error"]["exhausted"] is True
+    assert row["error"]["type"] == "RetryableError"
+    assert len(lines(exhaust)) == max_attempts
+    events = journal.events(jobs["exhaust"].id)
+    assert [e["kind"] for e in events] == [
+        "job_claimed",
+        "retried",
+        "job_claimed",
+        "retried",
+        "job_claimed",
+        "failed",
+    ]
+    assert [e["attempt"] for e in events if e["kind"] == "retried"] == [1, 2]
+    assert events[-1]["detail"] == {"code": "retryable"}
+    # Backoff: the next claim waited at least the (jittered, doubling) delay, although
+    # the requeue itself wakes the worker at once through NOTIFY.
+    for n, (retried, claimed) in enumerate(zip(events[1:4:2], events[2:5:2], strict=True)):
+        gap = (claimed["at"] - retried["at"]).total_seconds()
+        assert gap >= BACKOFF * 2**n * 0.8 - 0.005, (n, gap)
+
+    # Two transient failures, then success on the last allowed attempt.
+    row = rows["recover"]
+    assert row["state"] == "succeeded", row
+    assert row["attempt"] == 3
+    assert row["result"]["calls"] == 3
+    assert journal.kinds(jobs["recover"].id).count("retried") == 2
+
+    # A permanent error is not retried.
+    row = rows["refuse"]
+    assert row["state"] == "failed", row
+    assert row["attempt"] == 1
+    assert row["error"]["code"] == "permanent"
+    assert "exhausted" not in row["error"]
+    assert len(lines(refuse)) == 1
+    assert journal.kinds(jobs["refuse"].id) == ["job_claimed", "failed"]
+
+
+def test_cancel_stops_a_running_call_within_a_heartbeat_and_the_job_stays_cancelled(
+    workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path
+) -> None:
+    async_marker = tmp_path / "async.txt"
+    thread_marker = tmp_path / "thread.txt"
+    worker = workers.spawn("a", concurrency=2)
+    jobs = {
+        "async": ops.enqueue_sync("sleepy", {"seconds": 60, "marker": str(async_marker)}),
+        "thread": ops.enqueue_sync("sleepy_thread", {"seconds": 60, "marker": str(thread_marker)}),
+    }
+    wait_mark(async_marker, "started")
+    wait_mark(thread_marker, "started")
+
+    # Cancel through a producer App that shares nothing with the worker process.
+    canceller = App(journal.dsn)
+    try:
+        for job in jobs.values():
+            assert canceller.cancel_sync(job.id).state == "cancelled"
+    finally:
+        canceller.close()
+    cancelled_at = time.monotonic()
+
+    # The worker finds out from its next heartbeat (zero rows, state cancelled).
+    stop_within = HEARTBEAT + 1.2  # one beat, plus a loaded machine's slack
+    wait_mark(async_marker, "cancelled", timeout=stop_within)
+    wait_mark(thread_marker, "observed_cancel", timeout=stop_within)
+    stopped_after = time.monotonic() - cancelled_at
+    assert stopped_after < stop_within, stopped_after
+
+    for kind, job in jobs.items():
+        worker.wait_event("call_abandoned", job=job.id, reason="cancelled")
+        assert worker.has_event("cancel_observed", job=job.id)
+        row = journal.job(job.id)
+        assert row["state"] == "cancelled", (kind, row)
+        assert row["error"]["code"] == "cancelled"
+        assert row["attempt"] == 1
+        # No commit was attempted after the cancel, let alone accepted.
+        assert journal.kinds(job.id) == ["job_claimed", "cancelled"], kind
+    assert "finished" not in [m[0] for m in lines(async_marker) + lines(thread_marker)]
+    # The worker stays healthy and takes the next call.
+    after = ops.enqueue_sync("sleepy", {"seconds": 0})
+    assert wait_done(journal, after.id, workers)["state"] == "succeeded"
+    for job in jobs.values():
+        assert journal.job(job.id)["state"] == "cancelled"
+
+
+# -- shutdown and network --------------------------------------------------------------
+
+
+def test_sigterm_releases_a_running_call_without_burning_an_attempt(
+    workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path
+) -> None:
+    marker = tmp_path / "sleepy.txt"
+    leaving = workers.spawn("leaving", grace=0.3)
+    job = ops.enqueue_sync("sleepy", {"seconds": 60, "marker": str(marker), "only_on": "leaving"})
+    first = wait_running(journal, job.id, workers)
+    assert first["owner"] == "leaving"
+    wait_mark(marker, "started")
+    staying = workers.spawn("staying")
+    staying.wait_started()
+
+    leaving.terminate()
+    assert leaving.wait(10) == 0, leaving.log()
+    assert leaving.has_event("worker_draining")
+    assert leaving.has_event("call_finished", job=job.id, outcome="queued", code="shutdown")
+
+    row = wait_done(journal, job.id, workers)
+    assert row["state"] == "succeeded", row
+    assert row["owner"] == "staying"
+    assert row["token"] > first["token"]
+    # The shutdown refunded its attempt: the job succeeded on "attempt 1" again.
+    assert row["attempt"] == 1
+    events = journal.events(job.id)
+    assert [e["kind"] for e in events] == ["job_claimed", "released", "job_claimed", "succeeded"]
+    released = events[1]
+    assert released["worker"] == "leaving"
+    assert released["token"] == first["token"]
+    assert released["attempt"] == 0
+    assert released["detail"] == {"code": "shutdown"}
+    # Released, not expired: the new owner claimed it from the queue, not as a reclaim.
+    assert events[2]["worker"] == "staying" and events[2]["detail"] == {}
+    assert [m[0] for m in lines(marker)] == ["started", "cancelled", "started", "finished"]
+
+
+def _proxy_for(dsn: str) -> FaultProxy:
+    """A FaultProxy in front of the server ``dsn`` names (TCP or Unix socket)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        host, port = conn.info.host, conn.info.port
+    if not host or host.startswith("/"):
+        return FaultProxy.unix(f"{host}/.s.PGSQL.{port}")
+    return FaultProxy(host, port)
+
+
+def test_partitioned_owner_loses_its_lease_to_a_connected_worker_and_never_commits(
+    workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path, tenure_dsn: str
+) -> None:
+    marker = tmp_path / "sleepy.txt"
+    with _proxy_for(tenure_dsn) as proxy:
+        cut_off = workers.spawn("cut-off", dsn=rewrite_dsn(tenure_dsn, proxy.host, proxy.port))
+        job = ops.enqueue_sync(
+            "sleepy", {"seconds": 60, "marker": str(marker), "only_on": "cut-off"}
+        )
+        first = wait_running(journal, job.id, workers)
+        assert first["owner"] == "cut-off"
+        wait_mark(marker, "started")
+
+        proxy.set_mode("blackhole")
+        connected = workers.spawn("connected")
+        reclaimed = wait_job(
+            journal,
+            job.id,
+            lambda j: j["token"] > first["token"],
+            timeout=RECLAIM_TIMEOUT,
+            what="was never reclaimed from the partitioned worker",
+            workers=workers,
+        )
+        assert reclaimed["owner"] == "connected"
+        assert proxy.bytes_dropped > 0
+        proxy.set_mode("pass")
+
+        row = wait_done(journal, job.id, workers)
+        assert row["state"] == "succeeded", row
+        assert row["owner"] == "connected"
+        assert row["result"] == {"worker": "connected", "token": row["token"], "attempt": 2}
+        assert succeeded_exactly_once(journal, job.id)["worker"] == "connected"
+        claims = journal.events(job.id, "job_claimed")
+        assert claims[1]["detail"]["previous_token"] == first["token"]
+
+        # The partitioned worker saw "no answer" (ownership unknown), then gave the call up.
+        cut_off.wait_event("ownership_unknown", job=job.id, reason="db_error")
+        abandoned = cut_off.wait_event("call_abandoned", job=job.id, timeout=DONE_TIMEOUT)
+        assert abandoned["reason"] in ("deadline_passed", "zero_rows"), abandoned
+        assert [m[0] for m in marks(marker, "cancelled")] == ["cancelled"]
+        assert [m[3] for m in marks(marker, "finished")] == ["connected"]
+        outcomes = [e for e in journal.events(job.id) if e["kind"] != "job_claimed"]
+        assert all(e["worker"] == "connected" for e in outcomes if e["kind"] != "heartbeat_lost")
+        assert cut_off.alive, cut_off.log()
+
+        # Healed, the partitioned worker is a useful worker again.
+        connected.kill()
+        after = ops.enqueue_sync("sleepy", {"seconds": 0})
+        row = wait_done(journal, after.id, workers)
+        assert row["state"] == "succeeded" and row["owner"] == "cut-off", row
