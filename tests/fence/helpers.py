@@ -100,7 +100,7 @@ class Receivers:
         args = [
             sys.executable,
             "-m",
-            "examples.receiver.case_service",
+            "tenure.examples.case_service",
             "--dsn",
             self.dsn,
             "--port",

@@ -424,11 +424,11 @@ def test_migrations_are_idempotent(fence_dsn: str) -> None:
 def test_every_named_query_is_used() -> None:
     plans = inspect.getsource(_core)
     assert {name for name in QUERIES if f'"{name}"' not in plans} == set()
-    example = Path(REPO_ROOT, "examples", "receiver")
+    example = Path(REPO_ROOT, "src", "tenure", "examples")
     service = (example / "case_service.py").read_text()
     names = [
         line.split(":", 1)[1].strip()
-        for line in (example / "queries.sql").read_text().splitlines()
+        for line in (example / "case_service.sql").read_text().splitlines()
         if line.startswith("-- name:")
     ]
     assert names and all(f'QUERIES["{name}"]' in service for name in names)

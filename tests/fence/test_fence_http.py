@@ -1,6 +1,6 @@
 """The whole kit over real HTTP: FencedAuth → loopback → FenceMiddleware → the example service.
 
-Every receiver here is a real ``python -m examples.receiver.case_service``
+Every receiver here is a real ``python -m tenure.examples.case_service``
 subprocess; applied effects are counted in its tables and arrivals are read
 from its decision log.
 """

@@ -2,7 +2,7 @@
 
 Run it::
 
-    python -m examples.receiver.case_service --dsn "dbname=cases" --port 8080 \\
+    python -m tenure.examples.case_service --dsn "dbname=cases" --port 8080 \\
         [--secret-env CASE_SERVICE_FENCE_SECRET]
 
 It prints its URL once it listens on 127.0.0.1. Endpoints:
@@ -49,7 +49,7 @@ from starlette.routing import Route
 from tenure._store._queries import load_queries
 from tenure.fence import FenceDecision, FenceGuard, FenceMiddleware, FenceSlot, migrate_fence
 
-QUERIES = load_queries("examples.receiver")
+QUERIES = load_queries("tenure.examples", "case_service.sql")
 
 AsyncConn = psycopg.AsyncConnection[Any]
 
@@ -225,7 +225,7 @@ class _AnnouncingServer(uvicorn.Server):
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m examples.receiver.case_service")
+    parser = argparse.ArgumentParser(prog="python -m tenure.examples.case_service")
     parser.add_argument("--dsn", required=True, help="the service's own PostgreSQL")
     parser.add_argument("--port", type=int, default=8080, help="0 picks a free port")
     parser.add_argument(

@@ -1,1 +1,0 @@
-"""Runnable examples of tenure in use (not part of the installed package)."""

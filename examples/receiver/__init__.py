@@ -1,1 +1,0 @@
-"""An example receiver of fenced side effects: a small case-management service."""
