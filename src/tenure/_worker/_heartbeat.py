@@ -168,6 +168,7 @@ class HeartbeatThread:
                     worker=self._owner,
                     level=logging.DEBUG,
                     lease_remaining=round(remaining, 3),
+                    deadline_monotonic=round(sent_at + remaining, 3),
                 )
             if self._journal_ok:
                 self._journal("heartbeat_ok", item, {"lease_remaining": round(remaining, 3)})

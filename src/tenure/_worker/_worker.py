@@ -223,6 +223,7 @@ class Worker:
             job=job,
             worker=self.name,
             lease_remaining=round(job.lease_remaining, 3),
+            deadline_monotonic=round(sent_at + job.lease_remaining, 3),
             reclaimed_from=job.previous_owner,
             previous_token=job.previous_token,
         )
