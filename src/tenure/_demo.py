@@ -9,41 +9,96 @@ committed must be 0.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
+from typing import LiteralString
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ._app import App
-from ._store._store import migrate
+from ._errors import ConfigError
+from ._store._store import QUERIES, migrate
 
 DEMO_DB = "tenure_demo"
+RECEIVER_DB = "tenure_demo_cases"
 DEADLINE = 50.0
+TOOLS = ("fetch_statement", "create_case", "capture_payment")
 
 
-def _fresh_database(server_dsn: str) -> str:
+def _q(name: str) -> LiteralString:
+    return QUERIES[name]
+
+
+def _fresh_database(server_dsn: str, name: str) -> str:
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DEMO_DB))
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DEMO_DB)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     params = conninfo_to_dict(server_dsn)
-    params["dbname"] = DEMO_DB
+    params["dbname"] = name
     return make_conninfo("", **params)
 
 
-class _Demo:
-    def __init__(self, dsn: str, jobs: int, workers: int) -> None:
+class _Receiver:
+    """The example case service as a real HTTP server on loopback, with its decision log."""
+
+    def __init__(self, dsn: str, log: Path) -> None:
         self.dsn = dsn
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tenure.examples.case_service", "--dsn", dsn, "--port", "0"],
+            env={**os.environ, "RECEIVER_DECISION_LOG": str(log)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("http://"):
+            self.close()
+            raise ConfigError("the example case service did not start")
+
+    def decisions(self) -> Counter[str]:
+        if not self.log.exists():
+            return Counter()
+        lines = self.log.read_text(encoding="utf-8").splitlines()
+        return Counter(json.loads(line)["decision"] for line in lines if line)
+
+    def effects(self) -> tuple[int, int]:
+        """(effects applied, idempotency keys applied more than once)."""
+        with psycopg.connect(self.dsn) as conn:
+            row = conn.execute(_q("demo_effects")).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class _Demo:
+    def __init__(self, dsn: str, receiver: _Receiver, jobs: int, workers: int) -> None:
+        self.dsn = dsn
+        self.receiver = receiver
         self.jobs = jobs
-        self.env = {**os.environ, "TENURE_DSN": dsn}
+        self.env = {**os.environ, "TENURE_DSN": dsn, "TENURE_DEMO_RECEIVER": receiver.url}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.started = time.monotonic()
         self.notes: list[str] = []
@@ -111,14 +166,14 @@ class _Demo:
     def run(self) -> int:
         rng = random.Random(7)  # noqa: S311 - a reproducible demo, not a secret
         for i in range(self.jobs):
-            tool = "fetch_statement" if i % 3 else "render_report"
-            key = f"demo:{tool}:{i}"
-            payload = (
-                {"invoice_id": f"c-{1000 + i}", "seconds": rng.uniform(1.0, 2.5)}
-                if tool == "fetch_statement"
-                else {"report_id": f"r-{i}", "seconds": rng.uniform(1.0, 2.5)}
-            )
-            self.ops.enqueue_sync(tool, payload, idempotency_key=key)
+            tool = TOOLS[i % 3]
+            seconds = rng.uniform(1.0, 2.5)
+            payload: dict[str, object] = {
+                "fetch_statement": {"invoice_id": f"inv-{1000 + i}", "seconds": seconds},
+                "create_case": {"customer_id": f"c-{1000 + i}", "seconds": seconds},
+                "capture_payment": {"payment_id": f"pay-{i}", "seconds": seconds},
+            }[tool]
+            self.ops.enqueue_sync(tool, payload, idempotency_key=f"demo:{tool}:{i}")
         self.say(f"enqueued {self.jobs} tool calls; {len(self.procs)} workers running")
 
         victim = "worker-1"
@@ -160,11 +215,29 @@ class _Demo:
             ("stale commits rejected", counts.get("events_result_rejected", 0)),
             ("duplicates committed", counts.get("duplicate_commits", 0)),
         ]
+        decisions = self.receiver.decisions()
+        applied, doubled = self.receiver.effects()
+        lines += [
+            ("requests that reached the receiver", sum(decisions.values())),
+            ("side effects applied", f"{applied} (one per create_case/capture_payment job)"),
+            ("stale requests rejected by the fence", decisions.get("stale", 0)),
+            ("repeated requests replayed, not reapplied", decisions.get("replayed", 0)),
+            ("duplicate side effects applied", doubled),
+        ]
+        effect_jobs = sum(1 for i in range(self.jobs) if TOOLS[i % 3] != "fetch_statement")
         print("\n== tenure demo report ==")
         for label, value in lines:
             print(f"  {label:<44} {value}")
-        ok = counts.get("duplicate_commits", 0) == 0 and counts.get("jobs_succeeded") == self.jobs
-        print("  verdict: " + ("every call committed exactly once" if ok else "NOT OK"))
+        ok = (
+            counts.get("duplicate_commits", 0) == 0
+            and counts.get("jobs_succeeded") == self.jobs
+            and doubled == 0
+            and applied == effect_jobs
+        )
+        print(
+            "  verdict: "
+            + ("every call committed once, every side effect applied once" if ok else "NOT OK")
+        )
         return 0 if ok else 1
 
     def close(self) -> None:
@@ -193,14 +266,21 @@ def run_demo(*, jobs: int = 24, workers: int = 3) -> int:
         server = EmbeddedPostgres()
         server_dsn = server.start()
         print(f"embedded PostgreSQL started ({server_dsn})", flush=True)
+    scratch = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
     try:
-        dsn = _fresh_database(server_dsn)
+        dsn = _fresh_database(server_dsn, DEMO_DB)
         migrate(dsn)
-        demo = _Demo(dsn, jobs, workers)
+        receiver = _Receiver(_fresh_database(server_dsn, RECEIVER_DB), scratch / "decisions.jsonl")
+        print(f"example case service listening at {receiver.url}", flush=True)
         try:
-            return demo.run()
+            demo = _Demo(dsn, receiver, jobs, workers)
+            try:
+                return demo.run()
+            finally:
+                demo.close()
         finally:
-            demo.close()
+            receiver.close()
     finally:
+        shutil.rmtree(scratch, ignore_errors=True)
         if server is not None:
             server.stop()

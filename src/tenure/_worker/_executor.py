@@ -25,6 +25,7 @@ from .._errors import (
     PayloadError,
     PermanentError,
     RetryableError,
+    StaleFence,
 )
 from .._payload import MAX_RESULT_BYTES, encode
 from .._registry import ToolSpec
@@ -40,6 +41,11 @@ class Stopped:
     """Why the worker stopped a call: ``lease_lost``, ``cancelled`` or ``shutdown``."""
 
     reason: str
+
+
+def _discard(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _error(code: str, exc: BaseException | None = None) -> dict[str, Any]:
@@ -99,9 +105,11 @@ class Executor:
             done, _ = await asyncio.wait({future}, timeout=spec.policy.time_limit)
         except BaseException:
             ctx._request_stop()
+            future.add_done_callback(_discard)  # the late result or error is nobody's now
             raise
         if not done:
             ctx._request_stop()
+            future.add_done_callback(_discard)
             raise TimeLimitExceeded(
                 f"{spec.name} ran past its time limit of {spec.policy.time_limit:g} s"
             )
@@ -115,8 +123,8 @@ class Executor:
                 # The tool stopped itself; if the lease still holds, a fenced retry lands.
                 return self._failure(spec, job, "ownership_unknown", exc, retryable=True)
             return None  # lost or cancelled: whoever owns the job now decides
-        if isinstance(exc, LeaseLost):
-            return None
+        if isinstance(exc, LeaseLost | StaleFence):
+            return None  # a newer owner exists; whatever we would write is stale
         if isinstance(exc, PermanentError) or isinstance(exc, spec.policy.retry.permanent):
             return self._failure(spec, job, "permanent", exc, retryable=False)
         if isinstance(exc, OutcomeUnknown):

@@ -19,7 +19,7 @@ from ._asgi import FenceDecision, FenceMiddleware
 from ._core import FenceSlot, OperationRecord, StoredResponse, fingerprint
 from ._errors import BadSignature, FingerprintMismatch, MalformedFence, RequestInProgress
 from ._guard import FenceGuard, SyncFenceGuard
-from ._httpx import FencedAuth, FenceSource
+from ._httpx import FencedAuth, FenceSource, raise_for_fence
 from ._schema import migrate_fence
 from ._signing import (
     FENCE_HEADER,
@@ -52,6 +52,7 @@ __all__ = [
     "fence_headers",
     "fingerprint",
     "migrate_fence",
+    "raise_for_fence",
     "sign_fence",
     "verify_signature",
 ]

@@ -14,6 +14,9 @@ from typing import Protocol, runtime_checkable
 
 import httpx
 
+from .._errors import StaleFence
+from ._errors import RequestInProgress
+
 
 @runtime_checkable
 class FenceSource(Protocol):
@@ -47,3 +50,22 @@ class FencedAuth(httpx.Auth):
         self._source.ensure_owned()  # last, so nothing slow runs between the check and the send
         request.headers.update(headers)
         yield request
+
+
+def raise_for_fence(response: httpx.Response) -> None:
+    """Turn a receiver's fence refusal into the typed error it stands for.
+
+    A 409 ``stale_fence`` means a newer owner exists: the caller must stop, and
+    tenure's worker abandons the attempt without writing anything. Other
+    responses pass through untouched; check them as usual.
+    """
+    if response.status_code != 409:
+        return
+    try:
+        body = response.json()
+    except ValueError:
+        return
+    if isinstance(body, dict) and body.get("error") == "stale_fence":
+        raise StaleFence(str(body.get("scope")), int(body["token"]), int(body["highest"]))
+    if isinstance(body, dict) and body.get("error") == "in_progress":
+        raise RequestInProgress("the receiver is still applying this idempotency key")
