@@ -72,7 +72,7 @@ WITH policy AS (
                                         'previous_token', c.previous_token) END
     FROM claimed c
 )
-SELECT c.*, clock_timestamp() AS db_now FROM claimed c ORDER BY c.id
+SELECT c.*, clock_timestamp() AS db_now FROM claimed c ORDER BY c.token
 
 -- name: extend_leases
 WITH held AS (
