@@ -27,19 +27,20 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from tests.store.helpers import new_job
 
 from tenure import StaleFence
 from tenure._store import _store as store_module
 from tenure._store._store import Finish, LeaseConnection, Store
 from tenure.fence import SyncFenceGuard, migrate_fence
 from tenure.fence import _guard as guard_module
-from tests.store.helpers import new_job
 
 pytestmark = pytest.mark.storage
 
 LEASE_MS = 10_000
-WORKERS = ("w1", "w2", "w3")
-KEYS = tuple(f"job-{i}" for i in range(4))
+# Few workers and jobs, so that interesting interleavings (reclaims, zombies) are common.
+WORKERS = ("w1", "w2")
+KEYS = ("job-0", "job-1")
 
 
 @dataclasses.dataclass
@@ -135,6 +136,12 @@ class LeaseModel(RuleBasedStateMachine):
             assert job.token > self.last_token, "fencing tokens must only grow"
             self.last_token = job.token
             me.held[job.id] = job.token
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def lease_expires_then_claim(self, worker: str) -> None:
+        """The common fault: a holder goes silent past its lease, someone else claims."""
+        self.time_passes(LEASE_MS // 1000 + 1)
+        self.claim(worker, 1)
 
     @rule(pick=st.integers(0, 50))
     def heartbeat(self, pick: int) -> None:
@@ -276,7 +283,14 @@ MODEL_SETTINGS = settings(
 
 
 # A mutant only has to be caught, not minimised: skip shrinking (each step is SQL).
-MUTANT_SETTINGS = settings(MODEL_SETTINGS, max_examples=300, database=None, phases=[Phase.generate])
+MUTANT_SETTINGS = settings(
+    MODEL_SETTINGS,
+    max_examples=500,
+    stateful_step_count=15,
+    database=None,
+    derandomize=True,
+    phases=[Phase.generate],
+)
 
 
 @pytest.fixture
