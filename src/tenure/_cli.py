@@ -217,7 +217,7 @@ def _run(args: argparse.Namespace) -> int:
             name=args.name,
         )
         try:
-            asyncio.run(worker.run())
+            asyncio.run(worker.run(scrub_environment=True))
         finally:
             app.close()
         return 0

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("tenure.worker")
 
 MAX_CONCURRENCY = 10_000
+CREDENTIAL_VARIABLES = ("TENURE_DSN", "PGPASSWORD", "PGPASSFILE", "DATABASE_URL")
 PULSE_INTERVAL = 0.05
 
 
@@ -98,15 +99,24 @@ class Worker:
         self._stopping.set()
         self._wake.set()
 
-    async def run(self, *, handle_signals: bool = True) -> None:
-        """Run until `stop()` (or SIGTERM/SIGINT when ``handle_signals``)."""
+    async def run(self, *, handle_signals: bool = True, scrub_environment: bool = False) -> None:
+        """Run until `stop()` (or SIGTERM/SIGINT when ``handle_signals``).
+
+        ``scrub_environment`` removes database credentials from ``os.environ`` once
+        the DSN is resolved, so tool code in a dedicated worker process cannot read
+        them (``tenure worker`` sets it).
+        """
         loop = asyncio.get_running_loop()
+        dsn = self.app.dsn
+        if scrub_environment:
+            for variable in CREDENTIAL_VARIABLES:
+                os.environ.pop(variable, None)
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
-        store = Store(self.app.dsn, max_size=4)
+        store = Store(dsn, max_size=4)
         await store.open()
-        heartbeat = HeartbeatThread(self.app.dsn, self.name)
+        heartbeat = HeartbeatThread(dsn, self.name)
         executor = Executor(self.concurrency)
         completer = Completer(store, self.name, self._count)
         rescuer = Rescuer(store, self._rescuer_config)
