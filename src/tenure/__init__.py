@@ -20,9 +20,12 @@ from ._errors import (
     OwnershipUnknown,
     PayloadError,
     PermanentError,
+    PlanRejected,
     PolicyError,
     ResultRejected,
     RetryableError,
+    RunFailed,
+    RunNotFound,
     StaleFence,
     TenureError,
     ToolError,
@@ -30,6 +33,7 @@ from ._errors import (
     WaitTimeout,
 )
 from ._job import Job
+from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
 from ._policy import LeasePolicy, RetryPolicy, ToolPolicy
 from ._worker._worker import Worker
 
@@ -52,15 +56,23 @@ __all__ = [
     "OwnershipUnknown",
     "PayloadError",
     "PermanentError",
+    "Pipeline",
+    "PlanRejected",
     "PolicyError",
     "ResultRejected",
     "RetryPolicy",
     "RetryableError",
+    "Run",
+    "RunFailed",
+    "RunNotFound",
+    "RunStage",
+    "Stage",
     "StaleFence",
     "TenureError",
     "ToolError",
     "ToolPolicy",
     "UnknownTool",
+    "Verdict",
     "WaitTimeout",
     "Worker",
 ]

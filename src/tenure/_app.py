@@ -12,7 +12,8 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from ._errors import (
@@ -20,11 +21,17 @@ from ._errors import (
     JobFailed,
     PayloadError,
     PolicyError,
+    RunFailed,
     UnknownTool,
     WaitTimeout,
 )
 from ._job import Job
+from ._observe._journal import journal_key as journal_key_from
+from ._observe._journal import payload_hmac
 from ._payload import MAX_PAYLOAD_BYTES, encode, fingerprint
+from ._pipeline._engine import Transitions
+from ._pipeline._model import Pipeline, Run, Stage, Verdict, build_pipeline, run_key
+from ._pipeline._plan import plan_pipeline
 from ._policy import MAX_BACKOFF, LeasePolicy, RetryPolicy, ToolPolicy
 from ._registry import ToolSpec, make_spec
 from ._store._store import NewJob, Store, check_dsn, migrate
@@ -64,6 +71,10 @@ class App:
     embedded PostgreSQL is started in tenure's data directory on first use and
     stopped by `close()`. The schema is migrated on first use unless
     ``migrate=False`` (then run ``tenure migrate``).
+
+    ``journal_key`` (or ``TENURE_JOURNAL_KEY``, at least 16 bytes) keys the
+    HMAC-SHA256 of each payload that the journal carries instead of the payload;
+    without one, journal rows carry no payload hash at all.
     """
 
     def __init__(
@@ -73,7 +84,9 @@ class App:
         signing_key: bytes | str | None = None,
         migrate: bool = True,
         max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+        journal_key: bytes | str | None = None,
     ) -> None:
+        self._journal_key = journal_key_from(journal_key)
         given = dsn if dsn is not None else os.environ.get("TENURE_DSN") or None
         self._dsn = check_dsn(given) if given else None
         if isinstance(signing_key, str):
@@ -91,6 +104,7 @@ class App:
         self._stores: dict[asyncio.AbstractEventLoop, asyncio.Future[Store]] = {}
         self._portal: _Portal | None = None
         self.tools: dict[str, ToolSpec] = {}
+        self.pipelines: dict[str, Pipeline] = {}
 
     # -- configuration ---------------------------------------------------------
 
@@ -122,8 +136,13 @@ class App:
         backoff: float = 1.0,
         max_backoff: float = 300.0,
         permanent: Sequence[type[BaseException]] = (),
+        labels: Mapping[str, str] | None = None,
     ) -> Callable[[F], F]:
-        """Register a tool with its policy; the policy is validated now, not at run time."""
+        """Register a tool with its policy; the policy is validated now, not at run time.
+
+        ``labels`` may name the ``model`` and ``provider`` the tool calls; metrics are
+        broken down by them (e.g. ``labels={"model": "gpt-4o", "provider": "openai"}``).
+        """
         policy = ToolPolicy(
             lease=LeasePolicy(lease, heartbeat, jitter, missed_beats, safety_margin),
             retry=RetryPolicy(
@@ -136,7 +155,7 @@ class App:
         )
 
         def register(fn: F) -> F:
-            spec = make_spec(name or fn.__name__, fn, policy)
+            spec = make_spec(name or fn.__name__, fn, policy, labels)
             if spec.name in self.tools:
                 raise PolicyError(f"tool {spec.name!r} is already registered")
             self.tools[spec.name] = spec
@@ -226,6 +245,9 @@ class App:
             max_attempts=spec.policy.retry.max_attempts,
             priority=priority,
             delay_ms=round(delay * 1000),
+            payload_hmac=None if self._journal_key is None else payload_hmac(
+                self._journal_key, tool, text
+            ),
         )
 
     async def enqueue(
@@ -289,23 +311,15 @@ class App:
 
     async def wait(self, job_id: int, timeout: float = 60.0) -> Any:
         """The job's result once it succeeded; JobFailed if it failed or was cancelled."""
-        if not 0 <= timeout <= MAX_WAIT:
-            raise PolicyError(f"timeout must be in [0, {MAX_WAIT:g}] s")
-        store = await self._store()
-        deadline = time.monotonic() + timeout
-        pause = 0.005
-        while True:
-            job = await store.get_job(job_id)
-            if job.state == "succeeded":
-                return job.result
+
+        async def probe() -> tuple[bool, Any]:
+            job = await (await self._store()).get_job(job_id)
             if job.state in ("failed", "cancelled"):
                 code = (job.error or {}).get("code", job.state)
                 raise JobFailed(f"job {job_id} ended {job.state} ({code})", job)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WaitTimeout(f"job {job_id} is still {job.state} after {timeout:g} s")
-            await asyncio.sleep(min(pause, left))
-            pause = min(pause * 2, 0.25)
+            return job.state == "succeeded", job.result if job.state == "succeeded" else job.state
+
+        return await _poll(probe, timeout, f"job {job_id}")
 
     # -- the same, for synchronous callers -------------------------------------
 
@@ -347,6 +361,139 @@ class App:
 
     def summary_sync(self) -> dict[str, int]:
         return self._sync(self.summary())
+
+    # -- pipelines -------------------------------------------------------------
+
+    def pipeline(
+        self, name: str, stages: Sequence[Stage], *, start: str | Sequence[str] | None = None
+    ) -> Pipeline:
+        """Declare a pipeline of stages (see `Stage`); checked now against the registered tools.
+
+        Register the tools first. ``start`` names the first stage(s); default: the
+        first in ``stages``. Each run keeps its own copy of the graph.
+        """
+        if name in self.pipelines:
+            raise PolicyError(f"pipeline {name!r} is already declared")
+        pipeline = build_pipeline(name, stages, start, self.tools)
+        self.pipelines[name] = pipeline
+        return pipeline
+
+    async def start_run(
+        self,
+        pipeline: str | Pipeline,
+        input: dict[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Run:
+        """Start a run; the run and its first stages' jobs are written in one transaction.
+
+        ``input`` is the run's first context: each stage's tool is called with the
+        entries it declares, and a stage's dict result is merged in for the stages
+        after it. A repeated key returns the existing run (``run.created`` is False);
+        the same key with another pipeline or input raises IdempotencyConflict.
+        """
+        if isinstance(pipeline, str):
+            found = self.pipelines.get(pipeline)
+            if found is None:
+                known = ", ".join(sorted(self.pipelines)) or "none"
+                raise PolicyError(f"unknown pipeline {pipeline!r} (declared: {known})")
+            pipeline = found
+        transitions = Transitions(await self._store())
+        run_id, created = await transitions.start(pipeline, input, run_key(idempotency_key))
+        run = await transitions.get(run_id)
+        return run if created else replace(run, created=False)
+
+    async def get_run(self, run_id: int) -> Run:
+        """The run with every stage execution and its job (RunNotFound if there is none)."""
+        return await Transitions(await self._store()).get(run_id)
+
+    async def wait_run(self, run_id: int, timeout: float = 60.0) -> Run:
+        """The run once it succeeded; RunFailed if it failed or was cancelled."""
+
+        async def probe() -> tuple[bool, Any]:
+            row = await (await self._store()).get_run(run_id)
+            if row is None or row.state == "running":
+                return False, "running" if row else "missing"
+            run = await self.get_run(run_id)
+            if run.state != "succeeded":
+                code = (run.error or {}).get("code", run.state)
+                raise RunFailed(f"run {run_id} ended {run.state} ({code})", run)
+            return True, run
+
+        result: Run = await _poll(probe, timeout, f"run {run_id}")
+        return result
+
+    async def record_verdict(self, run_id: int, stage: str, token: int, verdict: Verdict) -> Run:
+        """Record a gate's verdict from outside a worker (e.g. a gate service's callback).
+
+        ``token`` is the fencing token of the gate's job (``ctx.token`` in the tool that
+        handed the review out). The verdict is accepted only while that job still holds
+        the open stage; a late or duplicate verdict raises Conflict (an HTTP surface
+        answers 409) and writes nothing. Accepted, the job ends with the verdict and the
+        next stages are queued in the same transaction; the tool still waiting in the
+        worker loses its lease and stops.
+        """
+        transitions = Transitions(await self._store())
+        await transitions.record_verdict(run_id, stage, token, verdict)
+        return await transitions.get(run_id)
+
+    async def dispatch_plan(
+        self, plan: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> Run:
+        """Run a plan a model proposed — ``[{"tool": ..., "arguments": {...}}, ...]`` — in order.
+
+        Every step is checked against the registered tools first: an unknown tool,
+        arguments its signature does not take, or a ``time_limit`` above its cap is
+        reported (all steps' problems at once) as PlanRejected, and nothing is queued.
+        Keys, leases, attempts and backoff come from tenure and the tools' policies.
+        """
+        pipeline = plan_pipeline(plan, self.tools)
+        return await self.start_run(
+            pipeline, {"plan": [dict(step) for step in plan]}, idempotency_key=idempotency_key
+        )
+
+    def start_run_sync(
+        self,
+        pipeline: str | Pipeline,
+        input: dict[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Run:
+        return self._sync(self.start_run(pipeline, input, idempotency_key=idempotency_key))
+
+    def get_run_sync(self, run_id: int) -> Run:
+        return self._sync(self.get_run(run_id))
+
+    def wait_run_sync(self, run_id: int, timeout: float = 60.0) -> Run:
+        return self._sync(self.wait_run(run_id, timeout))
+
+    def record_verdict_sync(self, run_id: int, stage: str, token: int, verdict: Verdict) -> Run:
+        return self._sync(self.record_verdict(run_id, stage, token, verdict))
+
+    def dispatch_plan_sync(
+        self, plan: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> Run:
+        return self._sync(self.dispatch_plan(plan, idempotency_key=idempotency_key))
+
+
+async def _poll(probe: Callable[[], Awaitable[tuple[bool, Any]]], timeout: float, what: str) -> Any:
+    """Ask ``probe`` until it says done (returning its value), backing off to 0.25 s.
+
+    While not done, the probe's value is the state shown in the WaitTimeout message.
+    """
+    if not 0 <= timeout <= MAX_WAIT:
+        raise PolicyError(f"timeout must be in [0, {MAX_WAIT:g}] s")
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while True:
+        done, value = await probe()
+        if done:
+            return value
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise WaitTimeout(f"{what} is still {value} after {timeout:g} s")
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, 0.25)
 
 
 def require_dsn(dsn: str | None) -> str:

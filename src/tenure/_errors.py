@@ -3,12 +3,15 @@
     TenureError
     ├── ConfigError            bad DSN, bad settings, missing server binaries
     ├── PolicyError            a lease/retry policy that breaks a rule (L > R·H + J, caps)
+    │   └── PlanRejected       a model's plan with steps outside the tools and their caps
     ├── PayloadError           payload or result not JSON, too large or too deep
     ├── UnknownTool            enqueue or run of a tool nobody registered
     ├── JobNotFound
+    ├── RunNotFound            no pipeline run with that id
     ├── IdempotencyConflict    the same idempotency key with a different tool or payload
     ├── WaitTimeout            wait() ran out of time; the job goes on
     ├── JobFailed              wait() on a job that ended failed or cancelled
+    ├── RunFailed              wait_run() on a run that ended failed or cancelled
     ├── Conflict               a verdict/transition from a stage that no longer owns the run
     ├── OwnershipError         raised inside a tool: stop before the next irreversible step
     │   ├── LeaseLost          the database said zero rows, or the local deadline passed
@@ -53,6 +56,10 @@ class JobNotFound(TenureError):
     """No job with that id exists (or it was pruned)."""
 
 
+class RunNotFound(TenureError):
+    """No pipeline run with that id (or key) exists."""
+
+
 class IdempotencyConflict(TenureError):
     """The key is already taken by a job with a different tool or payload."""
 
@@ -67,6 +74,31 @@ class JobFailed(TenureError):
     def __init__(self, message: str, job: object) -> None:
         super().__init__(message)
         self.job = job
+
+
+class RunFailed(TenureError):
+    """wait_run() found the run failed or cancelled; `run` carries it, stages and all."""
+
+    def __init__(self, message: str, run: object) -> None:
+        super().__init__(message)
+        self.run = run
+
+
+class PlanRejected(PolicyError):
+    """A plan (a model's list of tool calls) was refused before anything was queued.
+
+    ``problems`` lists every step's problem, not just the first, so the model (or
+    the person reading its output) can fix the whole plan in one go.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(
+            f"plan rejected, nothing was queued ({len(problems)} problem"
+            + ("s" if len(problems) != 1 else "")
+            + "):\n  "
+            + "\n  ".join(problems)
+        )
+        self.problems = tuple(problems)
 
 
 class Conflict(TenureError):

@@ -1,8 +1,14 @@
-"""Structured log lines: ``event=job_claimed job=42 token=1043 ...``.
+"""The telemetry contract's one entry point: every event goes through `log_event`.
 
-Lines carry ids, tokens, codes and durations only — never payloads, results
-or error messages, which may hold personal data. ``TENURE_LOG_FORMAT=json``
-switches to one JSON object per line.
+An event is an `Event` value — kind, job id, token, attempt, tool, worker and a
+few scalar fields (codes, durations, counts). `log_event` hands it to every
+attached handler (metrics, the journal writer, tests: see `attach`) and writes
+it as one log line: ``event=job_claimed job=42 token=1043 ...``, or one JSON
+object per line with ``TENURE_LOG_FORMAT=json``.
+
+Events carry ids, tokens, codes and durations only — never payloads, results
+or error messages, which may hold personal data. The catalogue of kinds, and
+who emits and journals each, is ``tenure._observe._events.EVENTS``.
 """
 
 from __future__ import annotations
@@ -10,7 +16,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+Scalar = str | int | float | bool
 
 
 class _JobLike(Protocol):
@@ -24,6 +36,68 @@ class _JobLike(Protocol):
     def tool(self) -> str: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One thing that happened to a job (or a worker), as every consumer sees it.
+
+    ``monotonic`` is when it was emitted on this process's monotonic clock, so a
+    consumer that writes it later (the journal writer) can tell how late it is.
+    """
+
+    kind: str
+    job: int | None = None
+    token: int | None = None
+    attempt: int | None = None
+    tool: str | None = None
+    worker: str | None = None
+    fields: Mapping[str, Scalar] = field(default_factory=dict)
+    level: int = logging.INFO
+    monotonic: float = 0.0
+
+    def record(self) -> dict[str, Scalar]:
+        """The event as one flat mapping, in log-line order."""
+        head: dict[str, Scalar | None] = {
+            "event": self.kind,
+            "job": self.job,
+            "token": self.token,
+            "attempt": self.attempt,
+            "tool": self.tool,
+            "worker": self.worker,
+        }
+        record = {k: v for k, v in head.items() if v is not None}
+        record.update(self.fields)
+        return record
+
+
+Handler = Callable[[Event], None]
+
+_handlers: tuple[Handler, ...] = ()
+_handlers_lock = threading.Lock()
+_handler_errors = logging.getLogger("tenure.telemetry")
+
+
+def attach(handler: Handler) -> Callable[[], None]:
+    """Send every event from now on to ``handler``; returns the function that detaches it.
+
+    Handlers run on the emitting thread (the event loop, the heartbeat thread, a
+    tool's thread), so they must be quick and thread-safe; one that raises is
+    logged and skipped, never allowed to break the code that emitted the event.
+    """
+    global _handlers
+    with _handlers_lock:
+        _handlers = (*_handlers, handler)
+
+    def detach() -> None:
+        global _handlers
+        with _handlers_lock:
+            remaining = list(_handlers)
+            if handler in remaining:
+                remaining.remove(handler)
+            _handlers = tuple(remaining)
+
+    return detach
+
+
 def _render(value: Any) -> str:
     text = str(value)
     if not text or any(c.isspace() or c in '"=' for c in text):
@@ -31,22 +105,59 @@ def _render(value: Any) -> str:
     return text
 
 
+def format_line(record: Mapping[str, Scalar], *, as_json: bool = False) -> str:
+    """``key=value`` pairs (values with spaces or quotes JSON-quoted), or one JSON object."""
+    if as_json:
+        return json.dumps(record, default=str, ensure_ascii=False)
+    return " ".join(f"{k}={_render(v)}" for k, v in record.items())
+
+
 def log_event(
     logger: logging.Logger,
     kind: str,
     *,
-    job: _JobLike | None = None,
+    job: _JobLike | int | None = None,
     level: int = logging.INFO,
-    **fields: Any,
+    token: int | None = None,
+    attempt: int | None = None,
+    tool: str | None = None,
+    worker: str | None = None,
+    **fields: Scalar | None,
 ) -> None:
-    """Emit one event line; `job` contributes id, token, attempt and tool."""
-    if not logger.isEnabledFor(level):
+    """Emit one event: to every attached handler, then as a log line.
+
+    ``job`` is a job-like object (its id, token, attempt and tool are used) or a
+    bare id; explicit ``token``/``attempt``/``tool`` win over the object's.
+    Fields that are None are left out.
+    """
+    if not _handlers and not logger.isEnabledFor(level):
         return
-    record: dict[str, Any] = {"event": kind}
-    if job is not None:
-        record.update(job=job.id, token=job.token, attempt=job.attempt, tool=job.tool)
-    record.update({k: v for k, v in fields.items() if v is not None})
-    if os.environ.get("TENURE_LOG_FORMAT") == "json":
-        logger.log(level, json.dumps(record, default=str, ensure_ascii=False))
-    else:
-        logger.log(level, " ".join(f"{k}={_render(v)}" for k, v in record.items()))
+    if job is not None and not isinstance(job, int):
+        token = job.token if token is None else token
+        attempt = job.attempt if attempt is None else attempt
+        tool = job.tool if tool is None else tool
+        job = job.id
+    event = Event(
+        kind,
+        job,
+        token,
+        attempt,
+        tool,
+        worker,
+        {k: v for k, v in fields.items() if v is not None},
+        level,
+        time.monotonic(),
+    )
+    emit(logger, event)
+
+
+def emit(logger: logging.Logger, event: Event) -> None:
+    """Hand a ready-made event to every attached handler, then log it."""
+    for handler in _handlers:
+        try:
+            handler(event)
+        except Exception:
+            _handler_errors.exception("telemetry handler %r failed on %s", handler, event.kind)
+    if logger.isEnabledFor(event.level):
+        as_json = os.environ.get("TENURE_LOG_FORMAT") == "json"
+        logger.log(event.level, format_line(event.record(), as_json=as_json))

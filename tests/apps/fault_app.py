@@ -78,40 +78,62 @@ def build_app(dsn: str | None = None) -> App:
         return identity(ctx)
 
     @tool()
-    def sleepy_thread(ctx: Context, seconds: float, marker: str | None = None) -> dict[str, Any]:
-        """Runs in a thread for ``seconds``, polling ctx.cancelled like a well-behaved tool."""
+    def sleepy_thread(
+        ctx: Context,
+        seconds: float,
+        marker: str | None = None,
+        stop_message: str = "stopped because ctx.cancelled was set",
+    ) -> dict[str, Any]:
+        """Runs in a thread for ``seconds``, polling ctx.cancelled like a well-behaved tool;
+        once told to stop it raises RetryableError(stop_message)."""
         note(marker, "started", ctx)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if ctx.cancelled:
                 note(marker, "observed_cancel", ctx)
-                raise RetryableError("stopped because ctx.cancelled was set")
+                raise RetryableError(stop_message)
             time.sleep(POLL)
         note(marker, "finished", ctx)
         return identity(ctx)
 
     @tool()
-    async def block_loop(
-        ctx: Context, seconds: float, marker: str | None = None, block_attempt: int = 1
-    ) -> dict[str, Any]:
-        """On attempt ``block_attempt``, blocks the event loop with time.sleep (a bad tool)."""
+    def stubborn(ctx: Context, seconds: float, marker: str | None = None) -> dict[str, Any]:
+        """A badly behaved threaded tool: sleeps ``seconds`` and never looks at ctx.cancelled."""
         note(marker, "started", ctx)
-        if ctx.attempt == block_attempt:
-            time.sleep(seconds)  # deliberately blocking: no await, no heartbeat from this loop
-        else:
-            await asyncio.sleep(0.05)
+        time.sleep(seconds)
         note(marker, "finished", ctx)
         return identity(ctx)
 
     @tool()
-    async def record(
+    async def block_loop(
+        ctx: Context,
+        seconds: float,
+        marker: str | None = None,
+        block_attempt: int = 1,
+        other_seconds: float = 0.05,
+    ) -> dict[str, Any]:
+        """On attempt ``block_attempt``, blocks the event loop with time.sleep (a bad tool);
+        other attempts await ``other_seconds`` politely."""
+        note(marker, "started", ctx)
+        if ctx.attempt == block_attempt:
+            time.sleep(seconds)  # deliberately blocking: no await, no heartbeat from this loop
+        else:
+            await asyncio.sleep(other_seconds)
+        note(marker, "finished", ctx)
+        return identity(ctx)
+
+    @tool()
+    def record(
         ctx: Context, seconds: float, path: str, only_on: str | None = None
     ) -> dict[str, Any]:
-        """Sleeps, checks ownership, then appends ``job token worker`` to ``path``.
+        """Works for ``seconds`` in a thread, checks ownership, then appends
+        ``job token worker`` to ``path``.
 
-        The append is the irreversible step, so it is guarded by ensure_owned().
+        The append is the irreversible step, guarded by ensure_owned() only: the
+        work before it deliberately ignores ctx.cancelled (a thread cannot be
+        killed), so a stale owner that reaches the append is stopped by nothing else.
         """
-        await asyncio.sleep(_duration(ctx, seconds, only_on))
+        time.sleep(_duration(ctx, seconds, only_on))
         ctx.ensure_owned()
         with open(path, "a", encoding="utf-8") as f:
             f.write(f"{ctx.job_id} {ctx.token} {ctx.worker}\n")

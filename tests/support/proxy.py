@@ -20,6 +20,11 @@ Modes apply to every open connection *and* every future one:
 ``delay``
     Forward both ways, holding each chunk for ``delay`` seconds after it
     arrived; order is preserved.
+``hold``
+    Client-to-server bytes are read and kept, in order, until :meth:`FaultProxy.release`
+    (or a switch to any forwarding mode) sends them on; server-to-client bytes
+    pass. A request can thus be "on the wire" for as long as a test likes and
+    arrive exactly when the test says (``bytes_held`` shows it is there).
 
 Partition semantics are deliberate: while a direction is dropping, an EOF or a
 reset arriving on it is swallowed too (a partitioned server does not learn that
@@ -53,7 +58,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 __all__ = ["MODES", "FaultProxy", "rewrite_dsn"]
 
-MODES: Final[frozenset[str]] = frozenset({"pass", "reset", "blackhole", "drop_responses", "delay"})
+MODES: Final[frozenset[str]] = frozenset(
+    {"pass", "reset", "blackhole", "drop_responses", "delay", "hold"}
+)
 
 _CHUNK: Final = 64 * 1024
 _QUEUE_DEPTH: Final = 64  # chunks held per direction before reading pauses (back-pressure)
@@ -97,6 +104,7 @@ class _Connection:
         self.upstream: asyncio.StreamWriter | None = None
         self.tasks: list[asyncio.Task[None]] = []
         self.aborted = False
+        self.pending_to_server = 0  # client bytes read but not yet written upstream (or dropped)
 
     def abort(self, *, rst: bool) -> None:
         """Tear both sides down now, discarding anything unsent or still held."""
@@ -148,6 +156,7 @@ class FaultProxy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop_event: asyncio.Event | None = None
+        self._flowing: asyncio.Event | None = None  # set unless the mode is "hold"
         self._stopped = False
 
     @classmethod
@@ -210,10 +219,26 @@ class FaultProxy:
             return
         self._call(self._apply_mode_async(mode, delay))
 
+    def release(self) -> None:
+        """Leave ``hold``: forward every held byte, in order, and switch to ``pass``."""
+        if self._mode != "hold":
+            raise RuntimeError(f"release() needs the hold mode, the proxy is in {self._mode!r}")
+        self.set_mode("pass")
+
     @property
     def mode(self) -> str:
         """The current mode."""
         return self._mode
+
+    @property
+    def bytes_held(self) -> int:
+        """Client-to-server bytes read but not yet forwarded: in ``hold``, what is held."""
+        if self._loop is None or self._stopped:
+            return 0
+        return self._call(self._pending_async())
+
+    async def _pending_async(self) -> int:
+        return sum(conn.pending_to_server for conn in self._conns)
 
     @property
     def delay(self) -> float:
@@ -287,6 +312,9 @@ class FaultProxy:
     async def _main(self, ready: concurrent.futures.Future[int]) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
+        self._flowing = asyncio.Event()
+        if self._mode != "hold":
+            self._flowing.set()
         server = await asyncio.start_server(
             self._handle, self._listen_host, self._listen_port, reuse_address=True
         )
@@ -308,6 +336,11 @@ class FaultProxy:
     def _apply_mode(self, mode: str, delay: float) -> None:
         self._mode = mode
         self._delay = delay
+        if self._flowing is not None:  # only ever touched on the proxy loop once it runs
+            if mode == "hold":
+                self._flowing.clear()
+            else:
+                self._flowing.set()
         if mode == "reset":
             for conn in list(self._conns):
                 conn.abort(rst=True)
@@ -346,9 +379,13 @@ class FaultProxy:
             to_server: asyncio.Queue[_Item] = asyncio.Queue(_QUEUE_DEPTH)
             to_client: asyncio.Queue[_Item] = asyncio.Queue(_QUEUE_DEPTH)
             conn.tasks = [
-                asyncio.create_task(self._read_side(client_reader, to_server, to_client=False)),
+                asyncio.create_task(
+                    self._read_side(client_reader, to_server, to_client=False, conn=conn)
+                ),
                 asyncio.create_task(self._write_side(conn, to_server, upstream, to_client=False)),
-                asyncio.create_task(self._read_side(upstream_reader, to_client, to_client=True)),
+                asyncio.create_task(
+                    self._read_side(upstream_reader, to_client, to_client=True, conn=conn)
+                ),
                 asyncio.create_task(self._write_side(conn, to_client, client, to_client=True)),
             ]
             await asyncio.wait(conn.tasks)
@@ -361,7 +398,12 @@ class FaultProxy:
             conn.close()
 
     async def _read_side(
-        self, src: asyncio.StreamReader, queue: asyncio.Queue[_Item], *, to_client: bool
+        self,
+        src: asyncio.StreamReader,
+        queue: asyncio.Queue[_Item],
+        *,
+        to_client: bool,
+        conn: _Connection,
     ) -> None:
         """Read one direction, dropping or queueing each chunk per the current mode."""
         loop = asyncio.get_running_loop()
@@ -372,6 +414,8 @@ class FaultProxy:
                     self._bytes_dropped += len(data)
                     continue
                 held = self._delay if self._mode == "delay" else 0.0
+                if not to_client:
+                    conn.pending_to_server += len(data)
                 await queue.put((loop.time() + held, data))
         except OSError:
             end = "error"
@@ -388,10 +432,16 @@ class FaultProxy:
     ) -> None:
         """Deliver queued chunks in order once they are due, re-checking the mode."""
         loop = asyncio.get_running_loop()
+        assert self._flowing is not None
         while True:
             release, payload = await queue.get()
             if (wait := release - loop.time()) > 0:
                 await asyncio.sleep(wait)
+            if not to_client:
+                while self._mode == "hold":  # an EOF is held too: order is preserved
+                    await self._flowing.wait()
+                if isinstance(payload, bytes):
+                    conn.pending_to_server -= len(payload)
             if self._drops(to_client):  # the mode changed while the chunk was held
                 if isinstance(payload, bytes):
                     self._bytes_dropped += len(payload)

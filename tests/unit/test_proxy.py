@@ -211,6 +211,78 @@ def test_delay_holds_each_chunk_and_preserves_order(
     assert proxy.bytes_dropped == 0
 
 
+def test_hold_keeps_requests_until_release_then_forwards_them_in_order(
+    proxy: FaultProxy, echo: TcpEcho, connect: Callable[[], socket.socket]
+) -> None:
+    before = connect()
+    assert roundtrip(before, b"x") == b"x"
+    proxy.set_mode("hold")
+    after = connect()  # a connection opened while holding is held too
+    for part in (b"one-", b"two-", b"three"):
+        before.sendall(part)
+    after.sendall(b"new")
+    wait_until(lambda: proxy.bytes_held == 16, message="the proxy never read the held bytes")
+    for sock in (before, after):
+        assert_silent(sock)
+    assert bytes(echo.received) == b"x"  # nothing reached upstream while held
+
+    proxy.release()
+    assert proxy.mode == "pass"
+    assert recv_exactly(before, len(b"one-two-three")) == b"one-two-three"
+    assert recv_exactly(after, 3) == b"new"
+    assert proxy.bytes_held == 0 and proxy.bytes_dropped == 0
+    assert roundtrip(before, b"-four") == b"-four"  # and it forwards as usual afterwards
+    with pytest.raises(RuntimeError, match="hold"):
+        proxy.release()
+
+
+class _Gate(socketserver.BaseRequestHandler):
+    """Echoes each chunk only once the test opens the server's gate."""
+
+    def handle(self) -> None:
+        assert isinstance(self.server, GatedEcho)
+        with contextlib.suppress(OSError):
+            while data := self.request.recv(65536):
+                self.server.received.add(data)
+                if self.server.gate.wait(5.0):
+                    self.request.sendall(data)
+
+
+class GatedEcho(TcpEcho):
+    gate: threading.Event
+
+
+def test_hold_still_delivers_responses_to_the_client() -> None:
+    server = GatedEcho(("127.0.0.1", 0), _Gate)
+    server.gate = threading.Event()
+    with serving(server), FaultProxy("127.0.0.1", server.server_address[1]) as proxy:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5.0) as sock:
+            sock.sendall(b"asked")
+            wait_until(lambda: bytes(server.received) == b"asked", message="never forwarded")
+            proxy.set_mode("hold")
+            sock.sendall(b"held")
+            wait_until(lambda: proxy.bytes_held == 4, message="the proxy never read the bytes")
+            server.gate.set()  # the answer to the first request comes back while holding
+            assert recv_exactly(sock, 5) == b"asked"
+            assert bytes(server.received) == b"asked"
+            proxy.release()
+            assert recv_exactly(sock, 4) == b"held"
+
+
+def test_blackhole_while_holding_drops_what_was_held(
+    proxy: FaultProxy, echo: TcpEcho, connect: Callable[[], socket.socket]
+) -> None:
+    sock = connect()
+    proxy.set_mode("hold")
+    sock.sendall(b"doomed")
+    wait_until(lambda: proxy.bytes_held == 6, message="the proxy never read the bytes")
+    proxy.set_mode("blackhole")
+    wait_until(lambda: proxy.bytes_dropped == 6, message="held bytes were not dropped")
+    proxy.set_mode("pass")
+    assert roundtrip(sock, b"after") == b"after"
+    assert bytes(echo.received) == b"after"
+
+
 def test_healing_resumes_forwarding_but_never_replays_dropped_bytes(
     proxy: FaultProxy, echo: TcpEcho, connect: Callable[[], socket.socket]
 ) -> None:

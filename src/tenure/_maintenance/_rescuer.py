@@ -1,57 +1,138 @@
-"""The rescuer: ends leases that expired on their last allowed attempt.
+"""The rescuer: resumes whatever a crash left behind, judged from state, never from age.
 
-Expired leases with attempts left need no rescue: the claim statement picks
-them up directly (expired first, then queued). What the claim must never pick
-— an expired lease whose job has used every attempt — is turned into `failed`
-with reason ``lease_expired`` here, in bounded batches. Heartbeats make a
-"stale after N minutes" guess unnecessary: a dead owner is found within one
-lease. Same shape as every maintenance service: a frozen config with
-defaults, idempotent start/stop, and `run_once()` for tests.
+It runs when a worker starts and then every ``interval`` (jittered), in every
+worker. Each sweep works in bounded batches, one transaction per batch, every
+statement under ``statement_timeout``:
+
+- A lease that expired on the job's last allowed attempt: the job becomes
+  ``failed`` with reason ``lease_expired`` (the claim must never take it).
+- A run whose open stage has no live job — the job ended outside a transition
+  (the lease above, an operator's cancel, a commit by an older worker) or
+  vanished (pruned, deleted by hand) — is moved on from what the job says, or
+  its stage is dispatched again under the same key. A running run with no
+  open stage at all is started again from its first stages if it never had
+  any, and failed otherwise.
+- An outbox delivery that failed (every attempt used up) is sent again, the
+  same job under the same idempotency key, once it has rested ``resend_after``.
+
+Expired leases with attempts left are deliberately not touched: the claim
+statement takes them directly (expired first) and journals each take-over as a
+reclaim (``job_claimed`` with ``reclaimed_from``/``previous_token``). Putting
+them back in the queue first would erase who held them and count one rescue
+twice. Heartbeats make a "stale after N minutes" guess unnecessary: a dead
+owner is found within one lease.
+
+Why no leased "rescuer job": two replicas must never rescue the same row, and
+what guarantees that here is that every row is taken ``FOR UPDATE SKIP
+LOCKED`` and changed only while its state still calls for it. Concurrent
+rescuers split the rows between them; a later one finds nothing left to do. A
+lease on the sweep itself would not add to that (a rescuer paused past its
+lease would wake up and carry on, the very stale owner tenure exists to stop)
+and would cost a journal row per tick. A rescuer paused inside its
+transaction is cut off by the server (``idle_in_transaction_session_timeout``,
+set with the statement timeout), which releases its locks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
+from collections import Counter
 from dataclasses import dataclass
 
 import psycopg
 
 from .._errors import PolicyError
+from .._log import log_event
+from .._pipeline._engine import Transitions
 from .._store._store import Store
 
 logger = logging.getLogger("tenure.rescuer")
 
+MAX_BATCHES = 100  # per sweep; whatever is left waits for the next one
+
 
 @dataclass(frozen=True, slots=True)
 class RescuerConfig:
+    """How often and how much the rescuer works; validated when created."""
+
     interval: float = 1.0
     batch: int = 1000
+    run_batch: int = 100
+    statement_timeout: float = 5.0
+    resend_after: float = 30.0
 
     def __post_init__(self) -> None:
-        if not 0.05 <= self.interval <= 3600:
-            raise PolicyError(f"rescuer interval={self.interval!r} is outside [0.05, 3600] s")
-        if not 1 <= self.batch <= 100_000:
-            raise PolicyError(f"rescuer batch={self.batch!r} is outside [1, 100000]")
+        checks = (
+            ("interval", self.interval, 0.05, 3600),
+            ("batch", self.batch, 1, 100_000),
+            ("run_batch", self.run_batch, 1, 10_000),
+            ("statement_timeout", self.statement_timeout, 0.1, 600),
+            ("resend_after", self.resend_after, 0, 7 * 24 * 3600),
+        )
+        for name, value, low, high in checks:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise PolicyError(f"rescuer {name} must be a number, got {value!r}")
+            if not low <= value <= high:
+                raise PolicyError(f"rescuer {name}={value!r} is outside [{low}, {high}]")
+
+
+@dataclass(frozen=True, slots=True)
+class RescueReport:
+    """What one sweep did; every number counts rows it changed, each exactly once."""
+
+    failed: tuple[int, ...] = ()  # jobs failed with lease_expired
+    redispatched: int = 0  # stages whose vanished job was dispatched again
+    adopted: int = 0  # stages moved on from a job that ended outside a transition
+    resent: int = 0  # outbox deliveries sent again
+    ended: int = 0  # runs failed for want of any open stage
+
+    @property
+    def acted(self) -> bool:
+        return bool(self.failed or self.redispatched or self.adopted or self.resent or self.ended)
 
 
 class Rescuer:
+    """One worker's rescuer; same shape as every maintenance service (start/stop/run_once)."""
+
     def __init__(self, store: Store, config: RescuerConfig | None = None) -> None:
-        self._store = store
         self.config = config or RescuerConfig()
+        self._transitions = Transitions(store, timeout=self.config.statement_timeout)
         self._task: asyncio.Task[None] | None = None
 
-    async def run_once(self) -> list[int]:
-        """One sweep; returns the ids of jobs it failed."""
+    async def run_once(self) -> RescueReport:
+        """One sweep, batch after batch until a batch comes back short."""
         failed: list[int] = []
-        while True:
-            batch = await self._store.fail_exhausted_leases(self.config.batch)
-            failed.extend(batch)
-            if len(batch) < self.config.batch:
+        counts: Counter[str] = Counter()
+        for _ in range(MAX_BATCHES):
+            jobs, runs, acted = await self._transitions.rescue(
+                leases=self.config.batch,
+                runs=self.config.run_batch,
+                resend_after=self.config.resend_after,
+            )
+            failed += jobs
+            counts += acted
+            if len(jobs) < self.config.batch and runs < self.config.run_batch:
                 break
-        if failed:
-            logger.info("event=leases_exhausted jobs=%d reason=lease_expired", len(failed))
-        return failed
+        report = RescueReport(
+            tuple(failed),
+            redispatched=counts["redispatched"],
+            adopted=counts["adopted"],
+            resent=counts["resent"],
+            ended=counts["ended"],
+        )
+        if report.acted:
+            log_event(
+                logger,
+                "rescued",
+                leases_failed=len(report.failed),
+                redispatched=report.redispatched,
+                adopted=report.adopted,
+                resent=report.resent,
+                ended=report.ended,
+            )
+        return report
 
     def start(self) -> None:
         if self._task is None:
@@ -67,6 +148,9 @@ class Rescuer:
         while True:
             try:
                 await self.run_once()
-            except psycopg.Error as exc:
-                logger.warning("event=rescue_failed error=%s", type(exc).__name__)
-            await asyncio.sleep(self.config.interval)
+            except (psycopg.Error, TimeoutError) as exc:
+                log_event(logger, "rescue_failed", level=logging.WARNING, error=type(exc).__name__)
+            except Exception:  # the rescuer must outlive a bad sweep
+                logger.exception("event=rescue_failed")
+            # Jitter keeps the replicas' sweeps from lining up.
+            await asyncio.sleep(self.config.interval * random.uniform(0.8, 1.2))  # noqa: S311

@@ -9,15 +9,17 @@ that a blocked event loop cannot stop heartbeats.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeVar
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -28,6 +30,7 @@ from ._migrate import migrate as apply_migrations
 from ._queries import load_query_folder
 
 QUERIES = load_query_folder("tenure._store.queries")
+T = TypeVar("T")
 MIGRATIONS_PACKAGE = "tenure._store.migrations"
 MIGRATIONS_TABLE = "tenure_migrations"
 MIGRATION_LOCK = 0x7E2E_0001
@@ -75,6 +78,7 @@ class NewJob:
     max_attempts: int
     priority: int = 0
     delay_ms: int = 0
+    payload_hmac: str | None = None  # keyed hash for the journal; None without a journal key
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,8 @@ class ClaimedJob:
     db_now: datetime
     previous_owner: str | None
     previous_token: int | None
+    payload_hmac: str | None = None
+    run_after: datetime | None = None
 
     @property
     def lease_remaining(self) -> float:
@@ -113,6 +119,37 @@ class Finish:
 
 
 @dataclass(frozen=True, slots=True)
+class JournalRow:
+    """One event for the journal writer's batch; ``delay_ms`` back-dates it (see record_events)."""
+
+    kind: str
+    job_id: int | None
+    token: int | None
+    attempt: int | None
+    worker: str | None
+    tool: str | None
+    code: str | None
+    duration_ms: int | None
+    detail: dict[str, Any]
+    delay_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EventQuery:
+    """Filters of `tenure events`; None means "any". ``reclaims`` adds job_claimed rows
+    that took a job over from an expired lease."""
+
+    kinds: tuple[str, ...] = ()
+    reclaims: bool = False
+    job_id: int | None = None
+    tool: str | None = None
+    worker: str | None = None
+    since_ms: int | None = None
+    since_at: datetime | None = None
+    limit: int = 100
+
+
+@dataclass(frozen=True, slots=True)
 class Extension:
     """One row of a heartbeat's answer: a new lease, or None for zero rows."""
 
@@ -125,6 +162,206 @@ class Extension:
         if self.lease_until is None:
             return None
         return (self.lease_until - self.db_now).total_seconds()
+
+
+# -- pipelines (see queries/pipeline.sql) ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """One run as stored: its own copy of the graph, its context, where it stands."""
+
+    id: int
+    pipeline: str
+    state: str
+    idempotency_key: str
+    input: Any
+    input_hash: str
+    graph: dict[str, Any]
+    context: dict[str, Any]
+    result: Any
+    error: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class StageRow:
+    """One stage execution (or outbox intent) and what its job says right now."""
+
+    id: int
+    run_id: int
+    name: str
+    round: int
+    kind: str
+    state: str
+    arrived: list[str]
+    tool: str | None
+    job_key: str | None
+    payload: Any
+    payload_hash: str | None
+    max_attempts: int | None
+    job_id: int | None
+    decision: str | None
+    created_at: datetime
+    decided_at: datetime | None
+    job_exists: bool
+    job_state: str | None
+    job_token: int | None
+    job_result: Any
+    job_error: dict[str, Any] | None
+    job_finished_at: datetime | None
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NewStage:
+    """A stage execution a transition opens, or a join's row it waits at."""
+
+    name: str
+    round: int
+    kind: str = "stage"
+    state: str = "open"
+    arrived: tuple[str, ...] = ()
+    tool: str | None = None
+    payload_json: str | None = None
+    payload_hash: str | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """Everything one transition writes, in one statement (apply_transition).
+
+    ``mode`` says what decides it: ``commit`` (the stage's job, fenced by
+    ``owner`` + ``token``), ``adopt`` (a job that already ended in
+    ``expect_state``) or ``none`` (nothing: a start or a re-dispatch).
+    None in a run field means "unchanged".
+    """
+
+    run_id: int
+    mode: str = "none"
+    stage_id: int | None = None
+    stage_name: str | None = None
+    job_id: int | None = None
+    token: int | None = None
+    owner: str | None = None
+    expect_state: str | None = None
+    job_state: str | None = None
+    result_json: str | None = None
+    error: dict[str, Any] | None = None
+    stage_state: str | None = None
+    decision: str | None = None
+    context_json: str | None = None
+    run_state: str | None = None
+    run_result_json: str | None = None
+    run_error: dict[str, Any] | None = None
+    new: tuple[NewStage, ...] = ()
+    stop_open: bool = False
+
+
+def _from_row(cls: type[T], row: dict[str, Any]) -> T:
+    return cls(**{f.name: row[f.name] for f in fields(cls)})  # type: ignore[arg-type]
+
+
+async def _rows(
+    conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    cursor = await conn.cursor(row_factory=dict_row).execute(_q(name), params, prepare=True)
+    return await cursor.fetchall() if cursor.description else []
+
+
+def _jsonb(text: str | None) -> Jsonb | None:
+    return None if text is None else Jsonb(text, dumps=str)
+
+
+class RunTransaction:
+    """The statements of one transaction that moves runs on (see `Store.transaction`).
+
+    Every writer of a run's stages calls `lock_run` first, so two transitions of
+    one run serialise and each plans from a current picture of the run.
+    """
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self._conn = conn
+
+    async def insert_run(
+        self, *, pipeline: str, key: str, input_json: str, input_hash: str, graph: dict[str, Any]
+    ) -> int | None:
+        """A new run's id, or None when the key is taken (the caller reads that run)."""
+        rows = await _rows(
+            self._conn,
+            "insert_run",
+            {
+                "pipeline": pipeline,
+                "key": key,
+                "input": Jsonb(input_json, dumps=str),
+                "input_hash": input_hash,
+                "graph": Jsonb(graph),
+            },
+        )
+        return rows[0]["id"] if rows else None
+
+    async def lock_run(self, run_id: int) -> RunRow | None:
+        rows = await _rows(self._conn, "lock_run", {"id": run_id})
+        return _from_row(RunRow, rows[0]) if rows else None
+
+    async def stages(self, run_id: int) -> list[StageRow]:
+        rows = await _rows(self._conn, "run_stages", {"run_id": run_id})
+        return [_from_row(StageRow, row) for row in rows]
+
+    async def apply(self, t: Transition) -> tuple[bool, bool]:
+        """(the stage was open for this job, the transition was written)."""
+        new = t.new
+        rows = await _rows(
+            self._conn,
+            "apply_transition",
+            {
+                "mode": t.mode,
+                "run_id": t.run_id,
+                "stage_id": t.stage_id,
+                "stage_name": t.stage_name,
+                "job_id": t.job_id,
+                "token": t.token,
+                "owner": t.owner,
+                "expect_state": t.expect_state,
+                "job_state": t.job_state,
+                "result": _jsonb(t.result_json),
+                "error": None if t.error is None else Jsonb(t.error),
+                "stage_state": t.stage_state,
+                "decision": t.decision,
+                "context": _jsonb(t.context_json),
+                "run_state": t.run_state,
+                "run_result": _jsonb(t.run_result_json),
+                "run_error": None if t.run_error is None else Jsonb(t.run_error),
+                "stop_open": t.stop_open,
+                "names": [n.name for n in new],
+                "rounds": [n.round for n in new],
+                "kinds": [n.kind for n in new],
+                "states": [n.state for n in new],
+                "arrived": [Jsonb(list(n.arrived)) for n in new],
+                "tools": [n.tool for n in new],
+                "payloads": [n.payload_json for n in new],
+                "payload_hashes": [n.payload_hash for n in new],
+                "max_attempts": [n.max_attempts for n in new],
+            },
+        )
+        return bool(rows[0]["owned"]), bool(rows[0]["applied"])
+
+    async def fail_exhausted_leases(self, limit: int) -> list[int]:
+        rows = await _rows(self._conn, "fail_exhausted_leases", {"limit": limit})
+        return [row["id"] for row in rows]
+
+    async def runs_to_rescue(self, limit: int, resend_after_ms: int) -> list[int]:
+        rows = await _rows(
+            self._conn, "runs_to_rescue", {"limit": limit, "resend_after_ms": resend_after_ms}
+        )
+        return [row["id"] for row in rows]
+
+    async def retry_job(self, job_id: int) -> bool:
+        """Queue a failed job again with one more attempt (an outbox delivery re-sent)."""
+        return bool(await _rows(self._conn, "retry_job", {"id": job_id}))
 
 
 class Store:
@@ -169,6 +406,7 @@ class Store:
                 "max_attempts": job.max_attempts,
                 "priority": job.priority,
                 "delay_ms": job.delay_ms,
+                "payload_hmac": job.payload_hmac,
             },
         )
         if not rows:
@@ -199,6 +437,7 @@ class Store:
                 "payload_hashes": [j.payload_hash for j in jobs],
                 "max_attempts": [j.max_attempts for j in jobs],
                 "priorities": [j.priority for j in jobs],
+                "payload_hmacs": [j.payload_hmac for j in jobs],
             },
         )
 
@@ -245,6 +484,7 @@ class Store:
         worker: str | None = None,
         tool: str | None = None,
         detail: dict[str, Any] | None = None,
+        duration_ms: int | None = None,
     ) -> None:
         await self._fetch(
             "record_event",
@@ -256,6 +496,7 @@ class Store:
                 "worker": worker,
                 "tool": tool,
                 "detail": Jsonb(detail or {}),
+                "duration_ms": duration_ms,
             },
         )
 
@@ -307,6 +548,140 @@ class Store:
         rows = await self._fetch("db_now", {})
         value: datetime = rows[0]["db_now"]
         return value
+
+    # -- observability: the journal writer, pruner, metrics, dashboard and CLI --
+
+    async def record_events(self, rows: Sequence[JournalRow]) -> int:
+        """Journal many events in one statement (the journal writer's batches)."""
+        return await self._execute(
+            "record_events",
+            {
+                "kinds": [r.kind for r in rows],
+                "job_ids": [r.job_id for r in rows],
+                "tokens": [r.token for r in rows],
+                "attempts": [r.attempt for r in rows],
+                "workers": [r.worker for r in rows],
+                "tools": [r.tool for r in rows],
+                "codes": [r.code for r in rows],
+                "durations_ms": [r.duration_ms for r in rows],
+                "details": [Jsonb(r.detail) for r in rows],
+                "delays_ms": [r.delay_ms for r in rows],
+            },
+        )
+
+    async def prune_events(self, older_than_ms: int, limit: int) -> int:
+        """Delete one batch of journal rows older than the retention; returns how many."""
+        return await self._execute(
+            "prune_events", {"older_than_ms": older_than_ms, "limit": limit}
+        )
+
+    async def count_old_events(self, older_than_ms: int, cap: int) -> int:
+        rows = await self._fetch("count_old_events", {"older_than_ms": older_than_ms, "cap": cap})
+        return int(rows[0]["n"])
+
+    async def find_events(self, query: EventQuery) -> list[dict[str, Any]]:
+        """Journal rows matching ``query``, newest first."""
+        return await self._fetch(
+            "find_events",
+            {
+                "kinds": list(query.kinds) if query.kinds else None,
+                "reclaims": query.reclaims,
+                "job_id": query.job_id,
+                "tool": query.tool,
+                "worker": query.worker,
+                "since_ms": query.since_ms,
+                "since_at": query.since_at,
+                "limit": query.limit,
+            },
+        )
+
+    async def notable_events(self, limit: int) -> list[dict[str, Any]]:
+        return await self._fetch("notable_events", {"limit": limit})
+
+    async def job_timeline(self, job_id: int, limit: int = 1000) -> list[dict[str, Any]]:
+        return await self._fetch("job_timeline", {"job_id": job_id, "limit": limit})
+
+    async def job_detail(self, job_id: int) -> dict[str, Any]:
+        """The job without payload, result or error message (what an operator may see)."""
+        rows = await self._fetch("job_detail", {"id": job_id})
+        if not rows:
+            raise JobNotFound(f"no job {job_id}")
+        return rows[0]
+
+    async def running_leases(self, limit: int) -> list[dict[str, Any]]:
+        return await self._fetch("running_leases", {"limit": limit})
+
+    async def running_summary(self, cap: int) -> list[dict[str, Any]]:
+        return await self._fetch("running_summary", {"cap": cap})
+
+    async def queue_depth(self, cap: int) -> list[dict[str, Any]]:
+        return await self._fetch("queue_depth", {"cap": cap})
+
+    async def throughput(self, window_ms: int, bucket_ms: int, cap: int) -> list[dict[str, Any]]:
+        return await self._fetch(
+            "throughput", {"window_ms": window_ms, "bucket_ms": bucket_ms, "cap": cap}
+        )
+
+    async def journal_head(self) -> int:
+        """The newest journal row's id (0 for an empty journal)."""
+        return int((await self._fetch("journal_head", {}))[0]["id"])
+
+    async def journal_counts_since(self, after_id: int, cap: int) -> list[dict[str, Any]]:
+        return await self._fetch("journal_counts_since", {"after_id": after_id, "cap": cap})
+
+    async def pipeline_runs(self, limit: int) -> list[dict[str, Any]] | None:
+        """Recent pipeline runs with their stages, or None while there are no pipeline tables."""
+        if not (await self._fetch("pipelines_exist", {}))[0]["present"]:
+            return None
+        return await self._fetch("pipeline_runs", {"limit": limit})
+
+    async def server_info(self) -> dict[str, Any]:
+        return (await self._fetch("server_info", {}))[0]
+
+    async def applied_migrations(self) -> list[dict[str, Any]] | None:
+        """Rows of tenure_migrations, or None when the schema was never migrated."""
+        if not (await self._fetch("migrations_table_exists", {}))[0]["present"]:
+            return None
+        return await self._fetch("applied_migrations", {})
+
+    async def table_indexes(self) -> list[dict[str, Any]]:
+        return await self._fetch("table_indexes", {})
+
+    async def explain(self, name: str, params: dict[str, Any]) -> Any:
+        """The planner's JSON plan for a named statement exactly as workers send it.
+
+        Plain EXPLAIN plans without executing, so explaining the claim claims nothing.
+        """
+        statement = sql.SQL("EXPLAIN (FORMAT JSON) ") + sql.SQL(_q(name))
+        async with self._pool.connection() as conn:
+            cursor = await conn.cursor(row_factory=dict_row).execute(statement, params)
+            row = await cursor.fetchone()
+        return None if row is None else row["QUERY PLAN"]
+
+    # -- pipelines -------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, timeout: float) -> AsyncIterator[RunTransaction]:
+        """One transaction in which no statement may run longer than ``timeout`` seconds."""
+        async with self._pool.connection() as conn, conn.transaction():
+            await _rows(conn, "set_local_timeout", {"ms": max(1, round(timeout * 1000))})
+            yield RunTransaction(conn)
+
+    async def get_run(self, run_id: int) -> RunRow | None:
+        rows = await self._fetch("get_run", {"id": run_id})
+        return _from_row(RunRow, rows[0]) if rows else None
+
+    async def run_by_key(self, key: str) -> RunRow | None:
+        rows = await self._fetch("run_by_key", {"key": key})
+        return _from_row(RunRow, rows[0]) if rows else None
+
+    async def run_stages(self, run_id: int) -> list[StageRow]:
+        rows = await self._fetch("run_stages", {"run_id": run_id})
+        return [_from_row(StageRow, row) for row in rows]
+
+    async def jobs_by_ids(self, ids: Sequence[int]) -> list[Job]:
+        rows = await self._fetch("jobs_by_ids", {"ids": list(ids)})
+        return [Job.from_row(row) for row in rows]
 
 
 class LeaseConnection:
@@ -370,7 +745,13 @@ class LeaseConnection:
         return {row["id"]: row["state"] for row in rows}
 
     def record_event(
-        self, kind: str, job: ClaimedJob, worker: str, detail: dict[str, Any], timeout: float
+        self,
+        kind: str,
+        job: ClaimedJob,
+        worker: str,
+        detail: dict[str, Any],
+        timeout: float,
+        duration_ms: int | None = None,
     ) -> None:
         self._run(
             "record_event",
@@ -382,6 +763,7 @@ class LeaseConnection:
                 "worker": worker,
                 "tool": job.tool,
                 "detail": Jsonb(detail),
+                "duration_ms": duration_ms,
             },
             timeout,
         )

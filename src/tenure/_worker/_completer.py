@@ -8,14 +8,21 @@ A commit the database refused (zero rows) is a *rejected result*: journaled,
 never published. A commit whose answer never came is uncertain; it is tried
 again while the lease may still hold, and a refusal after such a retry is
 checked against the row (the first try may have landed).
+
+A pipeline stage's final outcome takes another road: its commit is one
+transaction with the run's transition (see tenure._pipeline._engine), one per
+stage, run alongside the batch; retries and releases of stage jobs stay in the
+batch, since they change nothing about the run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import psycopg
 
@@ -30,6 +37,14 @@ COMMIT_TIMEOUT = 10.0
 RETRY_PAUSE = 0.2
 
 
+class StageCommitter(Protocol):
+    """Commits a stage job's outcome with its run's transition (tenure's Transitions)."""
+
+    def owns(self, job: ClaimedJob) -> bool: ...
+
+    async def commit(self, owner: str, job: ClaimedJob, finish: Finish) -> bool | None: ...
+
+
 @dataclass(eq=False, slots=True)
 class _Pending:
     job: ClaimedJob
@@ -40,9 +55,16 @@ class _Pending:
 
 
 class Completer:
-    def __init__(self, store: Store, owner: str, on_result: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        owner: str,
+        on_result: Callable[[str], None],
+        stages: StageCommitter | None = None,
+    ) -> None:
         self._store = store
         self._owner = owner
+        self._stages = stages
         self._on_result = on_result
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -71,12 +93,45 @@ class Completer:
             await self._flush(batch)
 
     async def _flush(self, batch: list[_Pending]) -> None:
-        try:
-            verdicts = await asyncio.wait_for(
-                self._store.finish_many(self._owner, [p.finish for p in batch]), COMMIT_TIMEOUT
+        staged = [p for p in batch if self._is_stage(p)]
+        plain = [p for p in batch if not self._is_stage(p)]
+        calls = [self._commit([p], functools.partial(self._commit_stage, p)) for p in staged]
+        if plain:
+            finishes = [p.finish for p in plain]
+            calls.append(
+                self._commit(
+                    plain, functools.partial(self._store.finish_many, self._owner, finishes)
+                )
             )
-        except (psycopg.Error, TimeoutError) as exc:
-            for pending in batch:
+        await asyncio.gather(*calls)
+
+    def _is_stage(self, pending: _Pending) -> bool:
+        return (
+            self._stages is not None
+            and pending.finish.state != "queued"
+            and self._stages.owns(pending.job)
+        )
+
+    async def _commit_stage(self, pending: _Pending) -> dict[int, bool]:
+        assert self._stages is not None
+        try:
+            accepted = await self._stages.commit(self._owner, pending.job, pending.finish)
+        except (psycopg.Error, TimeoutError):
+            raise
+        except Exception:  # a bug must not stop every later commit; the lease brings it back
+            logger.exception("stage transition of job %d failed", pending.job.id)
+            accepted = False
+        if accepted is None:  # no stage after all: an ordinary fenced commit
+            return await self._store.finish_many(self._owner, [pending.finish])
+        return {pending.job.id: accepted}
+
+    async def _commit(
+        self, group: list[_Pending], call: Callable[[], Awaitable[dict[int, bool]]]
+    ) -> None:
+        try:
+            verdicts = await asyncio.wait_for(call(), COMMIT_TIMEOUT)
+        except Exception as exc:  # the answer never came: uncertain, not rejected
+            for pending in group:
                 pending.uncertain = True
                 if pending.ownership.remaining() > 0:
                     log_event(
@@ -92,7 +147,7 @@ class Completer:
                 else:
                     await self._settle(pending, False)
             return
-        for pending in batch:
+        for pending in group:
             await self._settle(pending, verdicts.get(pending.job.id, False))
 
     async def _settle(self, pending: _Pending, accepted: bool) -> None:

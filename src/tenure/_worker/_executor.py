@@ -28,6 +28,7 @@ from .._errors import (
     StaleFence,
 )
 from .._payload import MAX_RESULT_BYTES, encode
+from .._pipeline._model import Verdict
 from .._registry import ToolSpec
 from .._store._store import ClaimedJob, Finish
 
@@ -91,6 +92,8 @@ class Executor:
                 ctx._request_stop()
                 return self._failure(spec, job, "time_limit", exc, retryable=True)
             return self._classify(spec, ctx, job, exc)
+        if isinstance(value, Verdict):
+            value = value.as_result()  # a gate's verdict is stored as plain JSON
         try:
             text = encode(value, "result", MAX_RESULT_BYTES)
         except PayloadError as exc:

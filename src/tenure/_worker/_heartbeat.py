@@ -56,10 +56,9 @@ class Held:
 class HeartbeatThread:
     """Extends held leases; reports lost ones through each job's ``on_end``."""
 
-    def __init__(self, dsn: str, owner: str, *, journal_ok: bool = False) -> None:
+    def __init__(self, dsn: str, owner: str) -> None:
         self._conn = LeaseConnection(dsn)
         self._owner = owner
-        self._journal_ok = journal_ok
         self._held: dict[int, Held] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -124,10 +123,16 @@ class HeartbeatThread:
                     worker=self._owner,
                     reason="executor_unobservable",
                 )
-                self._journal("heartbeat_lost", item, {"reason": "executor_unobservable"})
+                self._journal(
+                    "heartbeat_lost",
+                    item,
+                    {"reason": "executor_unobservable"},
+                    now - item.ownership.confirmed_at,
+                )
         if not live:
             return
         timeout = min(max(min(h.heartbeat for h in live), MIN_TIMEOUT), MAX_TIMEOUT)
+        left_at_send = {h.job.id: h.ownership.remaining() for h in live}
         sent_at = time.monotonic()
         self.ticks += 1
         self.statements += 1
@@ -147,6 +152,7 @@ class HeartbeatThread:
                         reason="db_error",
                         error=type(exc).__name__,
                         remaining=round(item.ownership.remaining(), 3),
+                        since_confirmed=round(sent_at - item.ownership.confirmed_at, 3),
                     )
             return
         by_id = {h.job.id: h for h in live}
@@ -157,21 +163,23 @@ class HeartbeatThread:
             if remaining is None:
                 lost.append(item)
                 continue
+            previous = item.ownership.confirmed_at
             item.ownership.confirm(sent_at, remaining)
             item.unobservable_logged = False
             item.next_beat = sent_at + item.heartbeat
-            if logger.isEnabledFor(logging.DEBUG):
-                log_event(
-                    logger,
-                    "heartbeat_ok",
-                    job=item.job,
-                    worker=self._owner,
-                    level=logging.DEBUG,
-                    lease_remaining=round(remaining, 3),
-                    deadline_monotonic=round(sent_at + remaining, 3),
-                )
-            if self._journal_ok:
-                self._journal("heartbeat_ok", item, {"lease_remaining": round(remaining, 3)})
+            # DEBUG: 10,000 held leases must not flood the log (nor, unless configured, the
+            # journal); metrics still see every beat.
+            log_event(
+                logger,
+                "heartbeat_ok",
+                job=item.job,
+                worker=self._owner,
+                level=logging.DEBUG,
+                heartbeat_age=round(sent_at - previous, 3),
+                lease_left=round(left_at_send[item.job.id], 3),
+                lease_remaining=round(remaining, 3),
+                deadline_monotonic=round(sent_at + remaining, 3),
+            )
         if lost:
             self._report_lost(lost, timeout)
 
@@ -201,19 +209,31 @@ class HeartbeatThread:
         self.release(item.job.id)
         if not changed:
             return
+        since_confirmed = time.monotonic() - item.ownership.confirmed_at
         log_event(
             logger,
             "heartbeat_lost" if reason != "cancelled" else "cancel_observed",
             job=item.job,
             worker=self._owner,
             reason=reason,
+            since_confirmed=round(since_confirmed, 3),
         )
         if reason != "cancelled":
-            self._journal("heartbeat_lost", item, {"reason": reason})
+            self._journal("heartbeat_lost", item, {"reason": reason}, since_confirmed)
         item.on_end(reason)
 
-    def _journal(self, kind: str, item: Held, detail: dict[str, object]) -> None:
+    def _journal(
+        self, kind: str, item: Held, detail: dict[str, object], since_confirmed: float
+    ) -> None:
+        """Journal on this thread's own connection: the event loop may be what hangs."""
         try:
-            self._conn.record_event(kind, item.job, self._owner, detail, JOURNAL_TIMEOUT)
+            self._conn.record_event(
+                kind,
+                item.job,
+                self._owner,
+                detail,
+                JOURNAL_TIMEOUT,
+                duration_ms=round(since_confirmed * 1000),
+            )
         except psycopg.Error:
             pass  # the log line above already carries it; the journal is best effort here

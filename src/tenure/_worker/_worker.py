@@ -28,6 +28,9 @@ from .._context import Context
 from .._errors import PolicyError
 from .._log import log_event
 from .._maintenance._rescuer import Rescuer, RescuerConfig
+from .._observe._pruner import PrunerConfig
+from .._observe._runtime import TelemetryOptions, WorkerTelemetry
+from .._pipeline._engine import Transitions
 from .._store._store import CONNECT_OPTIONS, LISTEN, ClaimedJob, Store
 from ._completer import Completer
 from ._executor import Executor, Stopped
@@ -40,7 +43,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger("tenure.worker")
 
 MAX_CONCURRENCY = 10_000
-CREDENTIAL_VARIABLES = ("TENURE_DSN", "PGPASSWORD", "PGPASSFILE", "DATABASE_URL")
+CREDENTIAL_VARIABLES = (
+    "TENURE_DSN",
+    "PGPASSWORD",
+    "PGPASSFILE",
+    "DATABASE_URL",
+    "TENURE_JOURNAL_KEY",  # read by App(); tools have no use for it
+)
 PULSE_INTERVAL = 0.05
 
 
@@ -61,6 +70,10 @@ class Worker:
         grace: float = 10.0,
         name: str | None = None,
         rescuer: RescuerConfig | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
+        journal_heartbeats: bool = False,
+        pruner: PrunerConfig | None = None,
     ) -> None:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise PolicyError(f"concurrency={concurrency} is outside [1, {MAX_CONCURRENCY}]")
@@ -72,12 +85,16 @@ class Worker:
             raise PolicyError(f"grace={grace} is outside [0, 3600] s")
         if not app.tools:
             raise PolicyError("the app has no registered tools; a worker would have nothing to do")
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise PolicyError(f"metrics_port={metrics_port} is outside [0, 65535]")
         self.app = app
         self.name = name or default_worker_name()
         self.concurrency = concurrency
         self.claim_batch = claim_batch
         self.poll_interval = poll_interval
         self.grace = grace
+        self._telemetry = TelemetryOptions(metrics_port, metrics_host, journal_heartbeats, pruner)
+        self.metrics_url: str | None = None
         self._rescuer_config = rescuer or RescuerConfig(
             interval=min(1.0, min(t.policy.lease.lease for t in app.tools.values()) / 2)
         )
@@ -118,12 +135,13 @@ class Worker:
         await store.open()
         heartbeat = HeartbeatThread(dsn, self.name)
         executor = Executor(self.concurrency)
-        completer = Completer(store, self.name, self._count)
+        completer = Completer(store, self.name, self._count, stages=Transitions(store))
         rescuer = Rescuer(store, self._rescuer_config)
         background = [
             asyncio.create_task(self._pulse(), name="tenure-pulse"),
             asyncio.create_task(self._listen(), name="tenure-listen"),
         ]
+        telemetry = WorkerTelemetry(self.app, self.name, store, self._telemetry)
         heartbeat.start()
         completer.start()
         rescuer.start()
@@ -135,6 +153,8 @@ class Worker:
             tools=",".join(sorted(self._lease_ms)),
         )
         try:
+            await telemetry.start()
+            self.metrics_url = telemetry.metrics_url
             await self._claim_loop(store, heartbeat, executor, completer)
             await self._drain()
         finally:
@@ -145,6 +165,7 @@ class Worker:
             await completer.stop()
             heartbeat.stop()
             executor.shutdown()
+            await telemetry.stop()
             await store.close()
             if handle_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -227,11 +248,23 @@ class Worker:
         self.counts["claimed"] += 1
         if job.previous_token is not None:
             self.counts["reclaimed"] += 1
+            # About the expired holder (its token, attempt and name); we only noticed it.
+            log_event(
+                logger,
+                "lease_expired",
+                job=job.id,
+                token=job.previous_token,
+                attempt=job.attempt - 1,
+                tool=job.tool,
+                worker=job.previous_owner,
+                reclaimed_by=self.name,
+            )
         log_event(
             logger,
             "job_claimed",
             job=job,
             worker=self.name,
+            payload_hmac=job.payload_hmac,
             lease_remaining=round(job.lease_remaining, 3),
             deadline_monotonic=round(sent_at + job.lease_remaining, 3),
             reclaimed_from=job.previous_owner,

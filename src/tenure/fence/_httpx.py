@@ -9,13 +9,18 @@ The receiver's fence stops whatever slips through that gap.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Generator
 from typing import Protocol, runtime_checkable
 
 import httpx
 
 from .._errors import StaleFence
+from .._log import log_event
 from ._errors import RequestInProgress
+from ._signing import KEY_HEADER
+
+_log = logging.getLogger("tenure.fence")
 
 
 @runtime_checkable
@@ -49,7 +54,32 @@ class FencedAuth(httpx.Auth):
         headers = self._source.fence_headers(self._operation)
         self._source.ensure_owned()  # last, so nothing slow runs between the check and the send
         request.headers.update(headers)
+        _journal_start(self._source, self._operation, request)
         yield request
+
+
+def _journal_start(source: FenceSource, operation: str, request: httpx.Request) -> None:
+    """Emit tool_request_started: who sent which operation under which token, to which host.
+
+    Never the body or the path (either may hold personal data); the idempotency key
+    is tenure's own ``tool-job:{job}:{operation}``. A source that is not a tenure
+    Context contributes what it has.
+    """
+    lease_left = getattr(source, "lease_remaining", None)
+    log_event(
+        _log,
+        "tool_request_started",
+        job=getattr(source, "job_id", None),
+        token=getattr(source, "token", None),
+        attempt=getattr(source, "attempt", None),
+        tool=getattr(source, "tool", None),
+        worker=getattr(source, "worker", None),
+        operation=operation,
+        key=request.headers.get(KEY_HEADER),
+        method=request.method,
+        host=request.url.host,
+        lease_left=None if lease_left is None else round(lease_left, 3),
+    )
 
 
 def raise_for_fence(response: httpx.Response) -> None:

@@ -7,9 +7,9 @@
 -- name: enqueue
 WITH inserted AS (
     INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts,
-                             priority, run_after)
+                             priority, run_after, payload_hmac)
     VALUES (%(tool)s, %(key)s, %(payload)s, %(payload_hash)s, %(max_attempts)s, %(priority)s,
-            clock_timestamp() + %(delay_ms)s * interval '1 millisecond')
+            clock_timestamp() + %(delay_ms)s * interval '1 millisecond', %(payload_hmac)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING *
 )
@@ -19,10 +19,11 @@ SELECT true AS created, * FROM inserted
 SELECT false AS created, * FROM tenure_jobs WHERE idempotency_key = %(key)s
 
 -- name: enqueue_many
-INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts, priority)
+INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts, priority,
+                         payload_hmac)
 SELECT * FROM unnest(%(tools)s::text[], %(keys)s::text[], %(payloads)s::jsonb[],
                      %(payload_hashes)s::text[], %(max_attempts)s::integer[],
-                     %(priorities)s::smallint[])
+                     %(priorities)s::smallint[], %(payload_hmacs)s::text[])
 ON CONFLICT (idempotency_key) DO NOTHING
 
 -- name: claim
@@ -36,21 +37,38 @@ WITH policy AS (
     WHERE j.lease_until < (SELECT now FROM clock)
       AND j.state = 'running'
       AND j.attempt < j.max_attempts
+      AND j.concurrency_key IS NULL
       AND j.tool = ANY(%(tools)s::text[])
     ORDER BY j.lease_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), queued AS (
-    SELECT j.id, NULL::text AS previous_owner, NULL::bigint AS previous_token
+    SELECT j.id, j.priority, j.run_after
     FROM tenure_jobs j
     WHERE j.state = 'queued'
+      AND j.concurrency_key IS NULL
       AND j.run_after <= (SELECT now FROM clock)
       AND j.tool = ANY(%(tools)s::text[])
     ORDER BY j.priority DESC, j.run_after, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), keyed AS (
+    -- Jobs with a concurrency key go through their limit (see migration 0004); unkeyed
+    -- jobs never wait for this.
+    SELECT * FROM tenure_claim_keyed(%(tools)s::text[], %(limit)s)
+    WHERE EXISTS (SELECT FROM tenure_jobs WHERE state = 'queued' AND concurrency_key IS NOT NULL)
+       OR EXISTS (SELECT FROM tenure_jobs WHERE state = 'running' AND concurrency_key IS NOT NULL)
 ), picked AS (
-    (SELECT * FROM expired) UNION ALL (SELECT * FROM queued) LIMIT %(limit)s
+    (SELECT * FROM expired)
+    UNION ALL
+    (SELECT k.id, k.previous_owner, k.previous_token FROM keyed k WHERE k.reclaim)
+    UNION ALL
+    (SELECT w.id, NULL, NULL
+     FROM (SELECT q.id, q.priority, q.run_after FROM queued q
+           UNION ALL
+           SELECT k.id, k.priority, k.run_after FROM keyed k WHERE NOT k.reclaim) w
+     ORDER BY w.priority DESC, w.run_after, w.id)
+    LIMIT %(limit)s
 ), claimed AS (
     UPDATE tenure_jobs j
     SET state = 'running',
@@ -59,18 +77,40 @@ WITH policy AS (
         attempt = j.attempt + 1,
         lease_until = clock_timestamp() + p.lease_ms * interval '1 millisecond',
         heartbeat_at = clock_timestamp(),
+        claimed_at = clock_timestamp(),
         updated_at = clock_timestamp()
     FROM picked, policy p
     WHERE j.id = picked.id AND p.tool = j.tool
     RETURNING j.id, j.tool, j.token, j.attempt, j.max_attempts, j.payload, j.payload_hash,
-              j.idempotency_key, j.lease_until, picked.previous_owner, picked.previous_token
+              j.idempotency_key, j.lease_until, picked.previous_owner, picked.previous_token,
+              j.payload_hmac, j.run_after
 ), journal AS (
-    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail)
-    SELECT 'job_claimed', c.id, c.token, c.attempt, %(owner)s, c.tool,
-           CASE WHEN c.previous_token IS NULL THEN '{}'::jsonb
-                ELSE jsonb_build_object('reclaimed_from', c.previous_owner,
-                                        'previous_token', c.previous_token) END
+    -- A reclaim journals the expired lease under its own token, attempt and owner, then the
+    -- claim; duration_ms is how long the job waited: since run_after, or since the previous
+    -- lease expired. The sub-select sees the row as it was before this statement (one
+    -- snapshot), and CASE runs it for reclaims only.
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
+                               duration_ms, payload_hmac)
+    SELECT e.kind, c.id, e.token, e.attempt, e.worker, c.tool, e.detail, e.code,
+           (extract(epoch FROM clock_timestamp() - coalesce(x.expired_at, c.run_after))
+            * 1000)::bigint,
+           c.payload_hmac
     FROM claimed c
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN c.previous_token IS NOT NULL
+                    THEN (SELECT o.lease_until FROM tenure_jobs o WHERE o.id = c.id) END
+    ) AS x(expired_at)
+    CROSS JOIN LATERAL (VALUES
+        (1, 'lease_expired', c.previous_token, c.attempt - 1, c.previous_owner,
+         jsonb_build_object('reclaimed_by', %(owner)s::text), 'lease_expired'),
+        (2, 'job_claimed', c.token, c.attempt, %(owner)s::text,
+         CASE WHEN c.previous_token IS NULL THEN '{}'::jsonb
+              ELSE jsonb_build_object('reclaimed_from', c.previous_owner,
+                                      'previous_token', c.previous_token) END,
+         NULL)
+    ) AS e(n, kind, token, attempt, worker, detail, code)
+    WHERE e.n = 2 OR c.previous_token IS NOT NULL
+    ORDER BY c.id, e.n
 )
 SELECT c.*, clock_timestamp() AS db_now FROM claimed c ORDER BY c.token
 
@@ -118,22 +158,33 @@ WITH outcome AS (
       AND j.state = 'running'
       AND j.lease_until > clock_timestamp()
     RETURNING j.id, j.tool, j.token, j.attempt, j.state, o.error ->> 'code' AS code,
-              o.attempt_refund
+              o.attempt_refund, j.payload_hmac,
+              (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000)::bigint AS ran_ms
 ), journal AS (
-    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail)
+    -- duration_ms: how long the attempt ran, from its claim to this commit (database clock).
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
+                               duration_ms, payload_hmac)
     SELECT CASE WHEN f.state <> 'queued' THEN f.state
                 WHEN f.attempt_refund > 0 THEN 'released'
                 ELSE 'retried' END,
            f.id, f.token, f.attempt, %(owner)s, f.tool,
-           CASE WHEN f.code IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('code', f.code) END
+           CASE WHEN f.code IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('code', f.code) END,
+           f.code, f.ran_ms, f.payload_hmac
     FROM finished f
 )
 SELECT o.id, f.id IS NOT NULL AS accepted
 FROM outcome o LEFT JOIN finished f ON f.id = o.id
 
 -- name: record_event
-INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail)
-VALUES (%(kind)s, %(job_id)s, %(token)s, %(attempt)s, %(worker)s, %(tool)s, %(detail)s)
+-- code comes from the detail (an error code, or the reason a lease was lost); the keyed payload
+-- hash is copied from the job.
+INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
+                           duration_ms, payload_hmac)
+SELECT %(kind)s::text, %(job_id)s::bigint, %(token)s::bigint, %(attempt)s::integer,
+       %(worker)s::text, %(tool)s::text, %(detail)s::jsonb,
+       coalesce(%(detail)s::jsonb ->> 'code', %(detail)s::jsonb ->> 'reason'),
+       %(duration_ms)s::bigint,
+       (SELECT j.payload_hmac FROM tenure_jobs j WHERE j.id = %(job_id)s::bigint)
 
 -- name: job_states
 SELECT id, state, owner, token FROM tenure_jobs WHERE id = ANY(%(ids)s::bigint[])
@@ -160,8 +211,15 @@ WITH cancelled AS (
     WHERE id = %(id)s AND state IN ('queued', 'running')
     RETURNING *
 ), journal AS (
-    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail)
-    SELECT 'cancelled', c.id, c.token, c.attempt, c.owner, c.tool, '{}'::jsonb FROM cancelled c
+    -- For a running job, duration_ms is how long its attempt had run (the sub-select sees
+    -- the row as it was before this statement).
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
+                               duration_ms, payload_hmac)
+    SELECT 'cancelled', c.id, c.token, c.attempt, c.owner, c.tool, '{}'::jsonb, 'cancelled',
+           CASE WHEN (SELECT o.state FROM tenure_jobs o WHERE o.id = c.id) = 'running'
+                THEN (extract(epoch FROM clock_timestamp() - c.claimed_at) * 1000)::bigint END,
+           c.payload_hmac
+    FROM cancelled c
 )
 SELECT * FROM cancelled
 
@@ -173,8 +231,9 @@ WITH retried AS (
     WHERE id = %(id)s AND state IN ('failed', 'cancelled')
     RETURNING *
 ), journal AS (
-    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail)
-    SELECT 'retry_requested', r.id, r.token, r.attempt, NULL, r.tool, '{}'::jsonb FROM retried r
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, payload_hmac)
+    SELECT 'retry_requested', r.id, r.token, r.attempt, NULL, r.tool, '{}'::jsonb, r.payload_hmac
+    FROM retried r
 )
 SELECT * FROM retried
 
@@ -197,12 +256,22 @@ WITH clock AS (
                                    'message', 'the lease expired on the last allowed attempt')
     FROM exhausted e
     WHERE j.id = e.id
-    RETURNING j.id, j.token, j.attempt, j.owner, j.tool
+    RETURNING j.id, j.token, j.attempt, j.owner, j.tool, j.payload_hmac
 ), journal AS (
-    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail)
-    SELECT 'failed', f.id, f.token, f.attempt, f.owner, f.tool,
-           '{"code": "lease_expired"}'::jsonb
+    -- The expired lease, then the verdict. duration_ms of lease_expired: how long past its
+    -- end the lease was found (the sub-select sees the row as it was before this statement).
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
+                               duration_ms, payload_hmac)
+    SELECT e.kind, f.id, f.token, f.attempt, f.owner, f.tool, e.detail, 'lease_expired',
+           CASE WHEN e.n = 1 THEN (extract(epoch FROM clock_timestamp() - (
+                    SELECT o.lease_until FROM tenure_jobs o WHERE o.id = f.id)) * 1000)::bigint
+           END,
+           f.payload_hmac
     FROM failed f
+    CROSS JOIN LATERAL (VALUES (1, 'lease_expired', '{}'::jsonb),
+                               (2, 'failed', '{"code": "lease_expired"}'::jsonb))
+        AS e(n, kind, detail)
+    ORDER BY f.id, e.n
 )
 SELECT id FROM failed
 
