@@ -28,7 +28,14 @@ from psycopg.rows import dict_row
 
 from .waiting import wait_until
 
-__all__ = ["REPO_ROOT", "Journal", "WorkerGroup", "WorkerProcess", "parse_event"]
+__all__ = [
+    "PROTOCOL_KINDS",
+    "REPO_ROOT",
+    "Journal",
+    "WorkerGroup",
+    "WorkerProcess",
+    "parse_event",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_APP = "tests.apps.fault_app:app"
@@ -247,6 +254,13 @@ class WorkerGroup:
         self.close()
 
 
+# Claims, outcomes and refused outcomes: every journal entry that records a write to a
+# job's row (or an attempt at one).
+PROTOCOL_KINDS = frozenset(
+    {"job_claimed", "retried", "released", "succeeded", "failed", "cancelled", "result_rejected"}
+)
+
+
 class Journal:
     """Reads tenure's tables directly, the way an operator would at 02:00."""
 
@@ -267,6 +281,15 @@ class Journal:
 
     def kinds(self, job_id: int) -> list[str]:
         return [e["kind"] for e in self.events(job_id)]
+
+    def protocol_events(self, job_id: int) -> list[dict[str, Any]]:
+        """Only the events that change or try to change the row (`PROTOCOL_KINDS`), so
+        that informational entries (lease_expired, heartbeat_lost, ...) may be added to
+        the journal without breaking assertions about what happened to the job."""
+        return [e for e in self.events(job_id) if e["kind"] in PROTOCOL_KINDS]
+
+    def protocol_kinds(self, job_id: int) -> list[str]:
+        return [e["kind"] for e in self.protocol_events(job_id)]
 
     def job(self, job_id: int) -> dict[str, Any]:
         rows = self._rows("SELECT * FROM tenure_jobs WHERE id = %(id)s", {"id": job_id})

@@ -9,11 +9,12 @@ that a blocked event loop cannot stop heartbeats.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, LiteralString, TypeVar
@@ -34,6 +35,11 @@ T = TypeVar("T")
 MIGRATIONS_PACKAGE = "tenure._store.migrations"
 MIGRATIONS_TABLE = "tenure_migrations"
 MIGRATION_LOCK = 0x7E2E_0001
+# How long a claiming transaction that admits keyed jobs may sit idle holding its keys.
+ADMIT_IDLE_TIMEOUT_MS = 5000
+# A claim takes milliseconds; one without an answer after this long was swallowed by
+# the network. Rows it may have claimed expire with their lease and are reclaimed.
+CLAIM_TIMEOUT = 5.0
 
 # libpq settings for every tenure connection: fail fast on connect, notice a dead
 # peer through TCP keepalives, and abort writes the network swallows.
@@ -79,6 +85,23 @@ class NewJob:
     priority: int = 0
     delay_ms: int = 0
     payload_hmac: str | None = None  # keyed hash for the journal; None without a journal key
+    concurrency_key: str | None = None  # jobs sharing a key run at most concurrency_limit at once
+    concurrency_limit: int | None = None
+
+    def params(self) -> dict[str, Any]:
+        """The parameters of the `enqueue` statement."""
+        return {
+            "tool": self.tool,
+            "key": self.key,
+            "payload": Jsonb(self.payload_json, dumps=str),
+            "payload_hash": self.payload_hash,
+            "max_attempts": self.max_attempts,
+            "priority": self.priority,
+            "delay_ms": self.delay_ms,
+            "payload_hmac": self.payload_hmac,
+            "concurrency_key": self.concurrency_key,
+            "concurrency_limit": self.concurrency_limit,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +251,7 @@ class NewStage:
     payload_json: str | None = None
     payload_hash: str | None = None
     max_attempts: int | None = None
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,8 +327,11 @@ class RunTransaction:
         )
         return rows[0]["id"] if rows else None
 
-    async def lock_run(self, run_id: int) -> RunRow | None:
-        rows = await _rows(self._conn, "lock_run", {"id": run_id})
+    async def lock_run(self, run_id: int, *, skip_locked: bool = False) -> RunRow | None:
+        """The run, locked until the transaction ends (None: no such run, or it is
+        locked by another transaction and ``skip_locked`` says not to wait)."""
+        name = "try_lock_run" if skip_locked else "lock_run"
+        rows = await _rows(self._conn, name, {"id": run_id})
         return _from_row(RunRow, rows[0]) if rows else None
 
     async def stages(self, run_id: int) -> list[StageRow]:
@@ -345,6 +372,7 @@ class RunTransaction:
                 "payloads": [n.payload_json for n in new],
                 "payload_hashes": [n.payload_hash for n in new],
                 "max_attempts": [n.max_attempts for n in new],
+                "priorities": [n.priority for n in new],
             },
         )
         return bool(rows[0]["owned"]), bool(rows[0]["applied"])
@@ -383,10 +411,15 @@ class Store:
     async def close(self) -> None:
         await self._pool.close()
 
-    async def _fetch(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    async def _fetch(
+        self, name: str, params: dict[str, Any], timeout: float | None = None
+    ) -> list[dict[str, Any]]:
         async with self._pool.connection() as conn:
-            cursor = await conn.cursor(row_factory=dict_row).execute(_q(name), params, prepare=True)
-            return await cursor.fetchall() if cursor.description else []
+            with _deadline(conn, timeout):
+                cursor = await conn.cursor(row_factory=dict_row).execute(
+                    _q(name), params, prepare=True
+                )
+                return await cursor.fetchall() if cursor.description else []
 
     async def _execute(self, name: str, params: dict[str, Any]) -> int:
         async with self._pool.connection() as conn:
@@ -396,19 +429,7 @@ class Store:
     # -- producers -------------------------------------------------------------
 
     async def enqueue(self, job: NewJob) -> Job:
-        rows = await self._fetch(
-            "enqueue",
-            {
-                "tool": job.tool,
-                "key": job.key,
-                "payload": Jsonb(job.payload_json, dumps=str),
-                "payload_hash": job.payload_hash,
-                "max_attempts": job.max_attempts,
-                "priority": job.priority,
-                "delay_ms": job.delay_ms,
-                "payload_hmac": job.payload_hmac,
-            },
-        )
+        rows = await self._fetch("enqueue", job.params())
         if not rows:
             # The key is taken. Our statement's snapshot may predate the winner's
             # commit, so read it again with a fresh one.
@@ -438,23 +459,42 @@ class Store:
                 "max_attempts": [j.max_attempts for j in jobs],
                 "priorities": [j.priority for j in jobs],
                 "payload_hmacs": [j.payload_hmac for j in jobs],
+                "concurrency_keys": [j.concurrency_key for j in jobs],
+                "concurrency_limits": [j.concurrency_limit for j in jobs],
             },
         )
 
     # -- workers ---------------------------------------------------------------
 
     async def claim(
-        self, owner: str, lease_ms_by_tool: dict[str, int], limit: int
+        self, owner: str, lease_ms_by_tool: dict[str, int], limit: int, *, limited: bool = False
     ) -> list[ClaimedJob]:
-        rows = await self._fetch(
-            "claim",
-            {
-                "owner": owner,
-                "tools": list(lease_ms_by_tool),
-                "lease_ms": list(lease_ms_by_tool.values()),
-                "limit": limit,
-            },
-        )
+        """Claim up to ``limit`` jobs; ``limited`` also takes keyed jobs, within their limits.
+
+        Unkeyed jobs are claimed by one statement, exactly as fast whether or not any
+        limits exist. ``limited`` wraps that statement in a transaction: held jobs are
+        admitted under their keys' locks first (``admit_held``), the same `claim`
+        statement then takes them in priority order with everything else, and the
+        admitted ones are held again before the locks are released at commit.
+        """
+        params = {
+            "owner": owner,
+            "tools": list(lease_ms_by_tool),
+            "lease_ms": list(lease_ms_by_tool.values()),
+            "limit": limit,
+        }
+        if not limited:
+            return [
+                ClaimedJob(**row) for row in await self._fetch("claim", params, CLAIM_TIMEOUT)
+            ]
+        async with self._pool.connection() as conn:
+            with _deadline(conn, CLAIM_TIMEOUT):
+                async with conn.transaction():
+                    admit = {**params, "idle_ms": ADMIT_IDLE_TIMEOUT_MS}
+                    admitted = [row["id"] for row in await _rows(conn, "admit_held", admit)]
+                    rows = await _rows(conn, "claim", params)
+                    if admitted:
+                        await _rows(conn, "hold_again", {"ids": admitted})
         return [ClaimedJob(**row) for row in rows]
 
     async def finish_many(self, owner: str, outcomes: Sequence[Finish]) -> dict[int, bool]:
@@ -549,6 +589,37 @@ class Store:
         value: datetime = rows[0]["db_now"]
         return value
 
+    # -- maintenance: periodic schedules and the job pruner ----------------------
+
+    async def schedule_marks(self, names: Sequence[str]) -> tuple[datetime, dict[str, datetime]]:
+        """The scheduler's clock (the database's) and each schedule's latest decided slot."""
+        rows = await self._fetch("schedule_marks", {"names": list(names)})
+        marks = {row["name"]: row["last_slot"] for row in rows if row["name"] is not None}
+        return rows[0]["now"], marks
+
+    async def decide_slot(
+        self, name: str, slot: datetime, job: NewJob | None
+    ) -> tuple[bool, int | None]:
+        """Advance schedule ``name`` to ``slot`` and queue ``job`` with it, in one transaction.
+
+        Returns (advanced, job id): advanced is False when another worker decided
+        this slot first; the job id is None when nothing was queued.
+        """
+        async with self._pool.connection() as conn, conn.transaction():
+            if not await _rows(conn, "advance_schedule", {"name": name, "slot": slot}):
+                return False, None
+            if job is None:
+                return True, None
+            rows = await _rows(conn, "enqueue", job.params())
+            return True, rows[0]["id"] if rows else None
+
+    async def prune_jobs(self, retention_ms: int, limit: int, timeout_ms: int) -> int:
+        """Delete one batch of terminal jobs finished more than ``retention_ms`` ago."""
+        async with self._pool.connection() as conn, conn.transaction():
+            await _rows(conn, "set_local_timeout", {"ms": timeout_ms})
+            rows = await _rows(conn, "prune_jobs", {"retention_ms": retention_ms, "limit": limit})
+        return int(rows[0]["n"])
+
     # -- observability: the journal writer, pruner, metrics, dashboard and CLI --
 
     async def record_events(self, rows: Sequence[JournalRow]) -> int:
@@ -569,11 +640,13 @@ class Store:
             },
         )
 
-    async def prune_events(self, older_than_ms: int, limit: int) -> int:
+    async def prune_events(self, older_than_ms: int, limit: int, timeout_ms: int) -> int:
         """Delete one batch of journal rows older than the retention; returns how many."""
-        return await self._execute(
-            "prune_events", {"older_than_ms": older_than_ms, "limit": limit}
-        )
+        async with self._pool.connection() as conn, conn.transaction():
+            await _rows(conn, "set_local_timeout", {"ms": timeout_ms})
+            params = {"older_than_ms": older_than_ms, "limit": limit}
+            rows = await _rows(conn, "prune_events", params)
+        return int(rows[0]["n"])
 
     async def count_old_events(self, older_than_ms: int, cap: int) -> int:
         rows = await self._fetch("count_old_events", {"older_than_ms": older_than_ms, "cap": cap})
@@ -769,7 +842,25 @@ class LeaseConnection:
         )
 
 
-def _shutdown_socket(conn: psycopg.Connection[Any]) -> None:
+@contextlib.contextmanager
+def _deadline(conn: psycopg.AsyncConnection[Any], timeout: float | None) -> Iterator[None]:
+    """Turn a statement the network swallowed into a connection error after ``timeout``.
+
+    Cancelling the awaiting task instead would make psycopg send a cancel request
+    and then wait for an answer that may never come; shutting the socket down
+    fails the statement at once, and the pool discards the broken connection.
+    """
+    if timeout is None:
+        yield
+        return
+    handle = asyncio.get_running_loop().call_later(timeout, _shutdown_socket, conn)
+    try:
+        yield
+    finally:
+        handle.cancel()
+
+
+def _shutdown_socket(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
     """Unblock a query stuck on a silent network by shutting the socket down."""
     try:
         fd = conn.pgconn.socket

@@ -10,9 +10,11 @@ is independent of the lease: heartbeats never keep a stuck call alive past it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +46,32 @@ class Stopped:
     reason: str
 
 
+def _deliver(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], call: Callable[[], Any]
+) -> None:
+    """Thread body: run the call, hand the outcome to the loop (if it still runs)."""
+    try:
+        result = call()
+    except BaseException as exc:  # handed over, not swallowed
+        if not isinstance(exc, Exception):  # SystemExit in a tool must not stop the worker
+            exc = RuntimeError(f"the tool raised {type(exc).__name__}")
+        outcome: Callable[[], None] = functools.partial(_set_exception, future, exc)
+    else:
+        outcome = functools.partial(_set_result, future, result)
+    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+        loop.call_soon_threadsafe(outcome)
+
+
+def _set_result(future: asyncio.Future[Any], result: Any) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
 def _discard(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
@@ -58,11 +86,26 @@ def _error(code: str, exc: BaseException | None = None) -> dict[str, Any]:
 
 
 class Executor:
-    def __init__(self, threads: int) -> None:
-        self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tenure-tool")
+    """Runs calls; plain functions each get a daemon thread of their own.
+
+    Daemon threads, not a pool: a tool that ignores ``ctx.cancelled`` must not
+    keep a stopping worker process alive, nor hold a pool slot that the next
+    claimed call would queue behind while its lease is being extended.
+    Abandoned threads that are still running are counted in `stuck`, and the
+    worker claims that much less.
+    """
+
+    def __init__(self) -> None:
+        self._abandoned: set[threading.Thread] = set()
+
+    @property
+    def stuck(self) -> int:
+        """Threads of stopped calls that have not returned yet."""
+        self._abandoned = {t for t in self._abandoned if t.is_alive()}
+        return len(self._abandoned)
 
     def shutdown(self) -> None:
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        """Nothing to join: abandoned daemon threads end with the process."""
 
     async def run(
         self, spec: ToolSpec, ctx: Context, job: ClaimedJob, stop: dict[int, Stopped]
@@ -102,21 +145,30 @@ class Executor:
 
     async def _in_thread(self, spec: ToolSpec, ctx: Context, payload: dict[str, Any]) -> Any:
         loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         call = functools.partial(contextvars.copy_context().run, spec.fn, ctx, **payload)
-        future = loop.run_in_executor(self._threads, call)
+        thread = threading.Thread(
+            target=_deliver, args=(loop, future, call), name=f"tenure-tool-{ctx.job_id}",
+            daemon=True,
+        )
+        thread.start()
         try:
             done, _ = await asyncio.wait({future}, timeout=spec.policy.time_limit)
         except BaseException:
-            ctx._request_stop()
-            future.add_done_callback(_discard)  # the late result or error is nobody's now
+            self._abandon(ctx, future, thread)
             raise
         if not done:
-            ctx._request_stop()
-            future.add_done_callback(_discard)
+            self._abandon(ctx, future, thread)
             raise TimeLimitExceeded(
                 f"{spec.name} ran past its time limit of {spec.policy.time_limit:g} s"
             )
         return future.result()
+
+    def _abandon(self, ctx: Context, future: asyncio.Future[Any], thread: threading.Thread) -> None:
+        ctx._request_stop()
+        future.add_done_callback(_discard)  # the late result or error is nobody's now
+        if thread.is_alive():
+            self._abandoned.add(thread)
 
     def _classify(
         self, spec: ToolSpec, ctx: Context, job: ClaimedJob, exc: Exception

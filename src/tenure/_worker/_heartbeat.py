@@ -218,9 +218,9 @@ class HeartbeatThread:
             reason=reason,
             since_confirmed=round(since_confirmed, 3),
         )
+        item.on_end(reason)  # stop the call first: the journal write may wait on a dead link
         if reason != "cancelled":
             self._journal("heartbeat_lost", item, {"reason": reason}, since_confirmed)
-        item.on_end(reason)
 
     def _journal(
         self, kind: str, item: Held, detail: dict[str, object], since_confirmed: float

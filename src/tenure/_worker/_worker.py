@@ -27,7 +27,9 @@ import psycopg
 from .._context import Context
 from .._errors import PolicyError
 from .._log import log_event
+from .._maintenance._pruner import JobPruner, JobPrunerConfig
 from .._maintenance._rescuer import Rescuer, RescuerConfig
+from .._maintenance._scheduler import Scheduler, SchedulerConfig
 from .._observe._pruner import PrunerConfig
 from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
@@ -74,6 +76,8 @@ class Worker:
         metrics_host: str = "127.0.0.1",
         journal_heartbeats: bool = False,
         pruner: PrunerConfig | None = None,
+        scheduler: SchedulerConfig | None = None,
+        job_pruner: JobPrunerConfig | None = None,
     ) -> None:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise PolicyError(f"concurrency={concurrency} is outside [1, {MAX_CONCURRENCY}]")
@@ -98,6 +102,9 @@ class Worker:
         self._rescuer_config = rescuer or RescuerConfig(
             interval=min(1.0, min(t.policy.lease.lease for t in app.tools.values()) / 2)
         )
+        self._scheduler_config = scheduler or SchedulerConfig()
+        self._job_pruner_config = job_pruner or JobPrunerConfig()
+        self._limited = bool(app.limits)  # keyed jobs need the admitting claim
         self._lease_ms = {name: spec.policy.lease.lease_ms for name, spec in app.tools.items()}
         self._active: dict[int, asyncio.Task[None]] = {}
         self._stop_reasons: dict[int, Stopped] = {}
@@ -134,9 +141,13 @@ class Worker:
         store = Store(dsn, max_size=4)
         await store.open()
         heartbeat = HeartbeatThread(dsn, self.name)
-        executor = Executor(self.concurrency)
+        executor = Executor()
         completer = Completer(store, self.name, self._count, stages=Transitions(store))
         rescuer = Rescuer(store, self._rescuer_config)
+        scheduler = Scheduler(
+            store, list(self.app.schedules.values()), self.app._schedule_job, self._scheduler_config
+        )
+        job_pruner = JobPruner(store, self._job_pruner_config)
         background = [
             asyncio.create_task(self._pulse(), name="tenure-pulse"),
             asyncio.create_task(self._listen(), name="tenure-listen"),
@@ -145,6 +156,8 @@ class Worker:
         heartbeat.start()
         completer.start()
         rescuer.start()
+        scheduler.start()
+        job_pruner.start()
         log_event(
             logger,
             "worker_started",
@@ -161,6 +174,8 @@ class Worker:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            await job_pruner.stop()
+            await scheduler.stop()
             await rescuer.stop()
             await completer.stop()
             heartbeat.stop()
@@ -200,12 +215,14 @@ class Worker:
     ) -> None:
         while not self._stopping.is_set():
             self._wake.clear()
-            free = self.concurrency - len(self._active)
+            free = self.concurrency - len(self._active) - executor.stuck
             if free > 0:
                 asked = min(free, self.claim_batch)
                 sent_at = time.monotonic()
                 try:
-                    jobs = await store.claim(self.name, self._lease_ms, asked)
+                    jobs = await store.claim(
+                        self.name, self._lease_ms, asked, limited=self._limited
+                    )
                 except psycopg.Error as exc:
                     log_event(
                         logger,
