@@ -33,6 +33,8 @@ from ._errors import (
     WaitTimeout,
 )
 from ._job import Job
+from ._maintenance._pruner import JobPrunerConfig
+from ._maintenance._scheduler import Schedule, SchedulerConfig
 from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
 from ._policy import LeasePolicy, RetryPolicy, ToolPolicy
 from ._worker._worker import Worker
@@ -49,6 +51,7 @@ __all__ = [
     "JobCancelled",
     "JobFailed",
     "JobNotFound",
+    "JobPrunerConfig",
     "LeaseLost",
     "LeasePolicy",
     "OutcomeUnknown",
@@ -66,6 +69,8 @@ __all__ = [
     "RunFailed",
     "RunNotFound",
     "RunStage",
+    "Schedule",
+    "SchedulerConfig",
     "Stage",
     "StaleFence",
     "TenureError",

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from ._errors import (
     ConfigError,
@@ -26,6 +26,8 @@ from ._errors import (
     WaitTimeout,
 )
 from ._job import Job
+from ._maintenance._cron import Cron
+from ._maintenance._scheduler import CatchUp, Every, Schedule
 from ._observe._journal import journal_key as journal_key_from
 from ._observe._journal import payload_hmac
 from ._payload import MAX_PAYLOAD_BYTES, encode, fingerprint
@@ -33,7 +35,7 @@ from ._pipeline._engine import Transitions
 from ._pipeline._model import Pipeline, Run, Stage, Verdict, build_pipeline, run_key
 from ._pipeline._plan import plan_pipeline
 from ._policy import MAX_BACKOFF, LeasePolicy, RetryPolicy, ToolPolicy
-from ._registry import ToolSpec, make_spec
+from ._registry import ConcurrencyLimits, KeyRule, ToolSpec, check_priority, make_spec
 from ._store._store import NewJob, Store, check_dsn, migrate
 
 T = TypeVar("T")
@@ -43,6 +45,16 @@ MAX_KEY_LENGTH = 500
 MAX_PRIORITY = 100
 MAX_DELAY = 30 * 24 * 3600.0
 MAX_WAIT = 7 * 24 * 3600.0
+
+
+class ScheduleOptions(TypedDict, total=False):
+    """The keyword options of `App.schedule` besides ``cron``."""
+
+    every: float | None
+    name: str | None
+    payload: Mapping[str, Any] | None
+    catch_up: CatchUp
+    grace: float | None
 
 
 class _Portal:
@@ -105,6 +117,8 @@ class App:
         self._portal: _Portal | None = None
         self.tools: dict[str, ToolSpec] = {}
         self.pipelines: dict[str, Pipeline] = {}
+        self.limits = ConcurrencyLimits()
+        self.schedules: dict[str, Schedule] = {}
 
     # -- configuration ---------------------------------------------------------
 
@@ -137,11 +151,20 @@ class App:
         max_backoff: float = 300.0,
         permanent: Sequence[type[BaseException]] = (),
         labels: Mapping[str, str] | None = None,
+        priority: int = 0,
+        concurrency: int | None = None,
+        concurrency_key: KeyRule = None,
     ) -> Callable[[F], F]:
         """Register a tool with its policy; the policy is validated now, not at run time.
 
         ``labels`` may name the ``model`` and ``provider`` the tool calls; metrics are
         broken down by them (e.g. ``labels={"model": "gpt-4o", "provider": "openai"}``).
+
+        ``priority`` is the default priority of its calls (higher is claimed first).
+        ``concurrency=N`` lets at most N calls of this tool run at once across all
+        workers (key ``tool:{name}``). ``concurrency_key`` instead gives each call a
+        key whose limit `limit` declares: a fixed string (``"provider:openai"``) or a
+        function of the payload (``lambda p: f"user:{p['user_id']}"``).
         """
         policy = ToolPolicy(
             lease=LeasePolicy(lease, heartbeat, jitter, missed_beats, safety_margin),
@@ -154,14 +177,102 @@ class App:
             time_limit=time_limit,
         )
 
+        check_priority(priority, MAX_PRIORITY)
+        if concurrency is not None and concurrency_key is not None:
+            raise PolicyError(
+                "give concurrency (this tool's own limit) or concurrency_key (a key whose "
+                "limit app.limit declares), not both"
+            )
+
         def register(fn: F) -> F:
-            spec = make_spec(name or fn.__name__, fn, policy, labels)
+            tool_name = name or fn.__name__
+            key = f"tool:{tool_name}" if concurrency is not None else concurrency_key
+            spec = make_spec(tool_name, fn, policy, labels, priority=priority, concurrency_key=key)
             if spec.name in self.tools:
                 raise PolicyError(f"tool {spec.name!r} is already registered")
+            if concurrency is not None:
+                self.limit(f"tool:{tool_name}", concurrency)
             self.tools[spec.name] = spec
             return fn
 
         return register
+
+    def limit(self, pattern: str, limit: int) -> None:
+        """At most ``limit`` calls with a matching concurrency key run at once, across all
+        workers: ``app.limit("user:*", 2)`` (each user), ``app.limit("provider:openai", 8)``.
+
+        Producers and workers must declare the same limits (import the same app module).
+        """
+        self.limits.declare(pattern, limit)
+
+    def schedule(
+        self,
+        tool: str | Callable[..., Any],
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        name: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+        catch_up: CatchUp = "once",
+        grace: float | None = None,
+    ) -> Schedule:
+        """Call ``tool`` periodically: at each ``cron`` slot (5 fields, UTC) or ``every``
+        so many seconds. Each slot is queued once across all workers.
+
+        ``catch_up`` says what a worker that comes back after downtime does with the
+        slots nobody was up for: ``"once"`` runs the latest of them once, ``"skip"``
+        drops them. A slot is missed when it is found more than ``grace`` seconds late
+        (default: half the period, at most 60 s). ``name`` (default: the tool's) names
+        the schedule in its jobs' keys, ``periodic:{name}:{slot}``.
+        """
+        spec = self._spec_of(tool)
+        rule: Cron | Every
+        if cron is not None and every is None:
+            rule = Cron.parse(cron)
+        elif every is not None and cron is None:
+            rule = Every(every)
+        else:
+            raise PolicyError(f"schedule for {spec.name!r}: give cron or every, exactly one")
+        schedule = Schedule(
+            name or spec.name, spec.name, rule, dict(payload or {}), catch_up, grace
+        )
+        if schedule.name in self.schedules:
+            raise PolicyError(f"schedule {schedule.name!r} is already declared; name it")
+        self._schedule_job(schedule, "periodic:check")  # the payload must fit the tool now
+        self.schedules[schedule.name] = schedule
+        return schedule
+
+    def periodic(
+        self, cron: str | None = None, **options: Unpack[ScheduleOptions]
+    ) -> Callable[[F], F]:
+        """Decorator form of `schedule` (same options), placed above ``@app.tool(...)``::
+
+        @app.periodic("0 3 * * *", catch_up="skip")
+        @app.tool()
+        async def nightly_report(ctx): ...
+        """
+
+        def register(fn: F) -> F:
+            self.schedule(fn, cron=cron, **options)
+            return fn
+
+        return register
+
+    def _spec_of(self, tool: str | Callable[..., Any]) -> ToolSpec:
+        for spec in self.tools.values():
+            if spec.name == tool or spec.fn is tool:
+                return spec
+        if callable(tool):
+            raise PolicyError(
+                f"{getattr(tool, '__name__', tool)!r} is not a registered tool; "
+                "register it first (put @app.periodic above @app.tool)"
+            )
+        known = ", ".join(sorted(self.tools)) or "none"
+        raise UnknownTool(f"unknown tool {tool!r} (registered: {known})")
+
+    def _schedule_job(self, schedule: Schedule, key: str) -> NewJob:
+        """The job of one slot: the tool's own priority, limits and policy."""
+        return self._new_job(schedule.tool, dict(schedule.payload), key, None, 0.0)
 
     def worker(self, **options: Any) -> Any:
         """A Worker for this app's tools (see `Worker` for the options)."""
@@ -216,7 +327,13 @@ class App:
     # -- producers -------------------------------------------------------------
 
     def _new_job(
-        self, tool: str, payload: Any, key: str | None, priority: int, delay: float
+        self,
+        tool: str,
+        payload: Any,
+        key: str | None,
+        priority: int | None,
+        delay: float,
+        concurrency_key: str | None = None,
     ) -> NewJob:
         spec = self.tools.get(tool)
         if spec is None:
@@ -229,14 +346,10 @@ class App:
             key = f"auto:{uuid.uuid4()}"
         if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH or not key.isprintable():
             raise PayloadError(f"idempotency_key must be 1-{MAX_KEY_LENGTH} printable characters")
-        if (
-            isinstance(priority, bool)
-            or not isinstance(priority, int)
-            or abs(priority) > MAX_PRIORITY
-        ):
-            raise PolicyError(f"priority must be an integer in [-{MAX_PRIORITY}, {MAX_PRIORITY}]")
+        priority = spec.priority if priority is None else check_priority(priority, MAX_PRIORITY)
         if not isinstance(delay, int | float) or not 0 <= delay <= MAX_DELAY:
             raise PolicyError(f"delay must be a number of seconds in [0, {MAX_DELAY:g}]")
+        concurrency_key = self._concurrency_key(spec, payload, concurrency_key)
         return NewJob(
             tool=tool,
             key=key,
@@ -245,10 +358,33 @@ class App:
             max_attempts=spec.policy.retry.max_attempts,
             priority=priority,
             delay_ms=round(delay * 1000),
-            payload_hmac=None if self._journal_key is None else payload_hmac(
-                self._journal_key, tool, text
-            ),
+            payload_hmac=None
+            if self._journal_key is None
+            else payload_hmac(self._journal_key, tool, text),
+            concurrency_key=concurrency_key,
+            concurrency_limit=None
+            if concurrency_key is None
+            else self.limits.resolve(concurrency_key),
         )
+
+    def _concurrency_key(
+        self, spec: ToolSpec, payload: dict[str, Any], given: str | None
+    ) -> str | None:
+        """The call's key: the tool's own (fixed or from the payload), else the caller's."""
+        rule = spec.concurrency_key
+        if rule is None:
+            return given
+        if given is not None:
+            raise PolicyError(f"tool {spec.name!r} sets its own concurrency key; a call cannot")
+        if isinstance(rule, str):
+            return rule
+        try:
+            return rule(payload)
+        except Exception as exc:
+            raise PayloadError(
+                f"tool {spec.name!r}: concurrency_key could not be computed from the payload "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
 
     async def enqueue(
         self,
@@ -256,12 +392,18 @@ class App:
         payload: dict[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
-        priority: int = 0,
+        priority: int | None = None,
         delay: float = 0.0,
+        concurrency_key: str | None = None,
     ) -> Job:
         """Queue a call. A repeated key returns the existing job (``job.created`` is False);
-        the same key with a different tool or payload raises IdempotencyConflict."""
-        new = self._new_job(tool, payload, idempotency_key, priority, delay)
+        the same key with a different tool or payload raises IdempotencyConflict.
+
+        ``priority`` defaults to the tool's. ``concurrency_key`` (e.g. ``"user:42"``)
+        puts the call under the limit `limit` declared for that key; the limit itself
+        always comes from the app, never from the caller.
+        """
+        new = self._new_job(tool, payload, idempotency_key, priority, delay, concurrency_key)
         return await (await self._store()).enqueue(new)
 
     async def enqueue_many(
@@ -270,12 +412,15 @@ class App:
         payloads: Sequence[dict[str, Any]],
         *,
         idempotency_keys: Sequence[str] | None = None,
+        priority: int | None = None,
     ) -> int:
         """Queue many calls of one tool in one statement; returns how many were new."""
         if idempotency_keys is not None and len(idempotency_keys) != len(payloads):
             raise PayloadError("idempotency_keys must be as long as payloads")
         keys: Sequence[str | None] = idempotency_keys or [None] * len(payloads)
-        jobs = [self._new_job(tool, p, k, 0, 0.0) for p, k in zip(payloads, keys, strict=True)]
+        jobs = [
+            self._new_job(tool, p, k, priority, 0.0) for p, k in zip(payloads, keys, strict=True)
+        ]
         return await (await self._store()).enqueue_many(jobs)
 
     # -- operations ------------------------------------------------------------
@@ -329,12 +474,18 @@ class App:
         payload: dict[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
-        priority: int = 0,
+        priority: int | None = None,
         delay: float = 0.0,
+        concurrency_key: str | None = None,
     ) -> Job:
         return self._sync(
             self.enqueue(
-                tool, payload, idempotency_key=idempotency_key, priority=priority, delay=delay
+                tool,
+                payload,
+                idempotency_key=idempotency_key,
+                priority=priority,
+                delay=delay,
+                concurrency_key=concurrency_key,
             )
         )
 

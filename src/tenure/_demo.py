@@ -9,6 +9,7 @@ committed must be 0.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -34,6 +35,8 @@ from ._store._store import QUERIES, migrate
 DEMO_DB = "tenure_demo"
 RECEIVER_DB = "tenure_demo_cases"
 DEADLINE = 50.0
+PIPELINE_DEMO_DB = "tenure_demo_pipeline"
+TRACKER_DB = "tenure_demo_tracker"
 TOOLS = ("fetch_statement", "create_case", "capture_payment")
 
 
@@ -254,7 +257,7 @@ class _Demo:
         self.ops.close()
 
 
-def run_demo(*, jobs: int = 24, workers: int = 3) -> int:
+def run_demo(*, jobs: int = 24, workers: int = 3, linger: float = 0.0) -> int:
     if not 1 <= jobs <= 1000 or not 2 <= workers <= 16:
         print("tenure: error: demo needs 1-1000 jobs and 2-16 workers", file=sys.stderr)
         return 2
@@ -267,9 +270,14 @@ def run_demo(*, jobs: int = 24, workers: int = 3) -> int:
         server_dsn = server.start()
         print(f"embedded PostgreSQL started ({server_dsn})", flush=True)
     scratch = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
+    dashboard = None
     try:
         dsn = _fresh_database(server_dsn, DEMO_DB)
         migrate(dsn)
+        from ._observe._dashboard import serve_dashboard
+
+        dashboard = serve_dashboard(dsn, poll_interval=0.5)  # loopback, free port, read-only
+        print(f"dashboard (live while the demo runs): {dashboard.url}", flush=True)
         receiver = _Receiver(_fresh_database(server_dsn, RECEIVER_DB), scratch / "decisions.jsonl")
         print(f"example case service listening at {receiver.url}", flush=True)
         try:
@@ -278,9 +286,47 @@ def run_demo(*, jobs: int = 24, workers: int = 3) -> int:
                 return demo.run()
             finally:
                 demo.close()
+                if linger > 0:  # let a human look at the dashboard after the report
+                    print(f"dashboard stays up for {linger:g} s at {dashboard.url}", flush=True)
+                    time.sleep(linger)
         finally:
             receiver.close()
     finally:
+        if dashboard is not None:
+            dashboard.stop()
         shutil.rmtree(scratch, ignore_errors=True)
         if server is not None:
             server.stop()
+
+
+def run_pipeline_demo(*, runs: int = 6, workers: int = 3) -> int:
+    """`tenure demo --pipeline`: ADR 0067's review pipeline under SIGKILL.
+
+    The pipeline and the demo live in tenure.examples.review(_demo); this sets up
+    their database and tracker (the example case service) and cleans up after.
+    """
+    if not 1 <= runs <= 200 or not 2 <= workers <= 16:
+        print("tenure: error: the pipeline demo needs 1-200 runs and 2-16 workers", file=sys.stderr)
+        return 2
+    from .examples.review_demo import ReviewDemo
+
+    with contextlib.ExitStack() as cleanup:
+        server_dsn = os.environ.get("TENURE_DSN")
+        if not server_dsn:
+            from ._embedded import EmbeddedPostgres
+
+            embedded = EmbeddedPostgres()
+            cleanup.callback(embedded.stop)
+            server_dsn = embedded.start()
+            print(f"embedded PostgreSQL started ({server_dsn})", flush=True)
+        scratch = Path(tempfile.mkdtemp(prefix="tenure-pipeline-demo-"))
+        cleanup.callback(shutil.rmtree, scratch, ignore_errors=True)
+        dsn = _fresh_database(server_dsn, PIPELINE_DEMO_DB)
+        migrate(dsn)
+        tracker = _Receiver(_fresh_database(server_dsn, TRACKER_DB), scratch / "decisions.jsonl")
+        cleanup.callback(tracker.close)
+        print(f"tracker (example case service) listening at {tracker.url}", flush=True)
+        demo = ReviewDemo(dsn, tracker, runs, workers)
+        cleanup.callback(demo.close)
+        return demo.run()
+    return 1  # unreachable; mypy cannot see that ExitStack does not swallow

@@ -1,8 +1,8 @@
 """The rescuer: resumes whatever a crash left behind, judged from state, never from age.
 
 It runs when a worker starts and then every ``interval`` (jittered), in every
-worker. Each sweep works in bounded batches, one transaction per batch, every
-statement under ``statement_timeout``:
+worker. Each sweep works in bounded batches and short transactions (one for a
+batch of leases, one per run), every statement under ``statement_timeout``:
 
 - A lease that expired on the job's last allowed attempt: the job becomes
   ``failed`` with reason ``lease_expired`` (the claim must never take it).

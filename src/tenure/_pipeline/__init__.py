@@ -1,0 +1,1 @@
+"""Durable pipelines: stages as jobs, verdicts as values, one transaction per transition."""

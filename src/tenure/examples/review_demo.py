@@ -1,0 +1,180 @@
+"""`tenure demo --pipeline`: the review pipeline under SIGKILL at ADR 0067's two windows.
+
+Worker processes run `tenure.examples.review:app`; the demo starts review runs,
+kills a worker right after it committed a QA verdict (the ADR's
+``dispatch_pending`` window) and another while it holds a gate (``in_progress``),
+sends the killed gate's verdict late (it must be refused), and reports what
+happened. Nothing here decides anything the library does not: the report reads
+tenure's own tables through the App.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Protocol
+
+from .._app import App
+from .._errors import Conflict
+from .._job import Job
+from .._pipeline._model import Run, Verdict
+from .review import review
+
+
+class Tracker(Protocol):
+    """The receiver that records gate statuses (the example case service)."""
+
+    url: str
+
+    def effects(self) -> tuple[int, int]: ...
+
+
+WORKER = ("-m", "tenure", "--log-level", "WARNING", "worker", "tenure.examples.review:app")
+DEADLINE = 90.0
+
+
+class ReviewDemo:
+    """Worker processes, the two kills, the late verdict, and the report."""
+
+    def __init__(self, dsn: str, tracker: Tracker, runs: int, workers: int) -> None:
+        self.app = App(dsn)
+        self.tracker = tracker
+        self.runs = runs
+        self.env = {**os.environ, "TENURE_DSN": dsn}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.started = time.monotonic()
+        self.late_verdict = "not tried"
+        for _ in range(workers):
+            self.spawn()
+
+    def spawn(self) -> str:
+        name = f"worker-{len(self.procs) + 1}"
+        command = [sys.executable, *WORKER, "--concurrency", "4", "--grace", "2", "--name", name]
+        self.procs[name] = subprocess.Popen(command, env=self.env, stdin=subprocess.DEVNULL)
+        return name
+
+    def say(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.started:5.1f}s] {text}", flush=True)
+
+    def until(self, what: str, check: Callable[[], object], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return True
+            time.sleep(0.02)
+        self.say(f"gave up waiting for {what}")
+        return False
+
+    def kill(self, owner: str | None) -> None:
+        proc = self.procs.get(owner or "")
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            self.say(f"SIGKILL {owner}; started {self.spawn()} in its place")
+
+    def jobs(self, state: str, tool: str) -> list[Job]:
+        return self.app.list_sync(state, tool=tool, limit=1000)
+
+    def run(self) -> int:
+        ids = [
+            self.app.start_run_sync(
+                review,
+                {"task": f"PR-{100 + i}", "seconds": 1.0, "tracker": self.tracker.url},
+                idempotency_key=f"review:PR-{100 + i}",
+            ).id
+            for i in range(self.runs)
+        ]
+        self.say(f"started {len(ids)} review runs (develop → QA → correct → QA → SecOps)")
+
+        # dispatch_pending: the worker dies right after QA's verdict committed.
+        if self.until("a QA verdict", lambda: self.jobs("succeeded", "qa"), 30):
+            verdict = self.jobs("succeeded", "qa")[0]
+            self.kill(verdict.owner)
+            run = self.app.get_run_sync(int(verdict.idempotency_key.split(":")[1]))
+            after = [s for s in run.stages if s.job_id and s.job_id > verdict.id]
+            self.say(
+                f"QA's verdict for run {run.id} had committed together with its next step: "
+                + ", ".join(
+                    f"{s.name} (job {s.job_id}, {s.job.state if s.job else '-'})" for s in after
+                )
+            )
+
+        # in_progress: the worker dies while it holds a gate; its verdict then comes too late.
+        if self.until("a gate at work", self.gate_at_work, 30):
+            held = self.gate_at_work()[0]
+            self.kill(held.owner)
+            run_id = int(held.idempotency_key.split(":")[1])
+            self.until(
+                "the gate to be taken over",
+                lambda: self.app.get_sync(held.id).token != held.token,
+                15,
+            )
+            try:
+                self.app.record_verdict_sync(run_id, "qa", held.token, Verdict("approve"))
+                self.late_verdict = "ACCEPTED (wrong)"
+            except Conflict as exc:
+                self.late_verdict = "refused with Conflict (409), nothing written"
+                self.say(f"the killed gate's late verdict: Conflict: {exc}")
+
+        self.until("every run to end", lambda: all(self.ended(i) for i in ids), DEADLINE)
+        return self.report([self.app.get_run_sync(i) for i in ids])
+
+    def gate_at_work(self) -> list[Job]:
+        """QA jobs running on a worker that is still alive."""
+        alive = {name for name, proc in self.procs.items() if proc.poll() is None}
+        return [job for job in self.jobs("running", "qa") if job.owner in alive]
+
+    def ended(self, run_id: int) -> bool:
+        """The run is over and every gate status it decided was recorded at the tracker."""
+        run = self.app.get_run_sync(run_id)
+        return run.done and all(s.state != "open" for s in run.stages)
+
+    def report(self, runs: list[Run]) -> int:
+        stages = [s for run in runs for s in run.stages if s.kind == "stage"]
+        outbox = [s for run in runs for s in run.stages if s.kind == "outbox"]
+        verdicts = Counter(f"{s.name} {s.decision}" for s in stages if s.decision)
+        reruns = sum(s.job.attempt - 1 for s in stages if s.job is not None)
+        summary = self.app.summary_sync()
+        recorded = sum(1 for s in outbox if s.state == "succeeded")
+        applied, doubled = self.tracker.effects()
+        lines = [
+            ("runs succeeded", f"{sum(r.state == 'succeeded' for r in runs)} / {len(runs)}"),
+            ("stage executions", len(stages)),
+            ("verdicts", ", ".join(f"{k}: {v}" for k, v in sorted(verdicts.items()))),
+            ("stage attempts repeated after a crash", reruns),
+            ("gate statuses recorded at the tracker", f"{applied} for {len(outbox)} gate outcomes"),
+            ("gate statuses recorded twice", doubled),
+            ("late verdict of the killed gate", self.late_verdict),
+            ("duplicates committed", summary.get("duplicate_commits", 0)),
+        ]
+        print("\n== tenure pipeline demo report ==")
+        for label, value in lines:
+            print(f"  {label:<44} {value}")
+        ok = (
+            all(r.state == "succeeded" for r in runs)
+            and recorded == applied == len(outbox) == sum(verdicts.values())
+            and doubled == 0
+            and summary.get("duplicate_commits", 0) == 0
+            and not self.late_verdict.startswith("ACCEPTED")
+        )
+        print("  verdict: " + ("no verdict lost, no step dispatched twice" if ok else "NOT OK"))
+        return 0 if ok else 1
+
+    def close(self) -> None:
+        """SIGTERM every worker (their graceful stop), SIGKILL what is left after 10 s."""
+        alive = [p for p in self.procs.values() if p.poll() is None]
+        for proc in alive:
+            proc.terminate()
+        deadline = time.monotonic() + 10
+        while any(p.poll() is None for p in alive) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for proc in alive:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.app.close()
