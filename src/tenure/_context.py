@@ -94,7 +94,7 @@ class Context:
 
         Threaded tools poll this (async tools are cancelled with CancelledError).
         """
-        return self._cancel.is_set() or self._ownership.ended.is_set()
+        return self._cancel.is_set() or self._ownership.status in ("lost", "cancelled")
 
     def ensure_owned(self, margin: float | None = None) -> None:
         """Raise LeaseLost, OwnershipUnknown or JobCancelled unless an irreversible step

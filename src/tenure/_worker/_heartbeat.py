@@ -15,6 +15,7 @@ while the conservative deadline leaves time.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -32,6 +33,8 @@ logger = logging.getLogger("tenure.heartbeat")
 MIN_TIMEOUT = 0.2
 MAX_TIMEOUT = 10.0
 JOURNAL_TIMEOUT = 1.0
+WATCH_INTERVAL = 0.02
+MAX_BACKLOG = 10_000
 
 
 @dataclass(eq=False, slots=True)
@@ -64,17 +67,24 @@ class HeartbeatThread:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tenure-heartbeat", daemon=True)
+        self._watcher = threading.Thread(target=self._watch, name="tenure-deadline", daemon=True)
+        self._backlog: collections.deque[tuple[str, Held, dict[str, object], float]] = (
+            collections.deque()
+        )
         self.ticks = 0
         self.statements = 0
 
     def start(self) -> None:
         self._thread.start()
+        self._watcher.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping.set()
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self._watcher.is_alive():
+            self._watcher.join(timeout)
         self._conn.close()
 
     def hold(self, held: Held) -> None:
@@ -92,15 +102,13 @@ class HeartbeatThread:
             now = time.monotonic()
             with self._lock:
                 held = list(self._held.values())
-            for item in held:
-                if item.ownership.status == "lost" and item.ownership.reason == "deadline_passed":
-                    self._end(item, "deadline_passed")
             due = [h for h in held if h.next_beat <= now and not h.ownership.ended.is_set()]
             if due:
                 try:
                     self._tick(due, now)
                 except Exception:  # the thread must outlive any single bad tick
                     logger.exception("heartbeat tick failed")
+            self._flush_journal()
             with self._lock:
                 upcoming = [h.next_beat for h in self._held.values()]
             wait = min(upcoming, default=now + 1.0) - time.monotonic()
@@ -199,16 +207,15 @@ class HeartbeatThread:
                 self._end(item, "zero_rows")
 
     def _end(self, item: Held, reason: str) -> None:
-        changed = (
+        """End one held lease, exactly once, whichever thread notices first."""
+        with self._lock:
+            if self._held.get(item.job.id) is not item:
+                return
+            del self._held[item.job.id]
+        if reason == "cancelled":
             item.ownership.mark_cancelled()
-            if reason == "cancelled"
-            else item.ownership.mark_lost(reason)
-        )
-        if reason == "deadline_passed":
-            changed = True  # the status flipped inside Ownership when the deadline passed
-        self.release(item.job.id)
-        if not changed:
-            return
+        else:
+            item.ownership.mark_lost(reason)
         since_confirmed = time.monotonic() - item.ownership.confirmed_at
         log_event(
             logger,
@@ -225,15 +232,41 @@ class HeartbeatThread:
     def _journal(
         self, kind: str, item: Held, detail: dict[str, object], since_confirmed: float
     ) -> None:
-        """Journal on this thread's own connection: the event loop may be what hangs."""
-        try:
-            self._conn.record_event(
-                kind,
-                item.job,
-                self._owner,
-                detail,
-                JOURNAL_TIMEOUT,
-                duration_ms=round(since_confirmed * 1000),
-            )
-        except psycopg.Error:
-            pass  # the log line above already carries it; the journal is best effort here
+        """Queue a journal row; the heartbeat thread writes it after its next beat.
+
+        Never inline: the link may be dead, and a write that waits on it would hold
+        up the beats of every other lease (or, from the watcher, race the thread's
+        connection).
+        """
+        if len(self._backlog) < MAX_BACKLOG:
+            self._backlog.append((kind, item, detail, since_confirmed))
+
+    def _flush_journal(self) -> None:
+        """Write queued journal rows on this thread's own connection, best effort."""
+        while self._backlog:
+            kind, item, detail, since_confirmed = self._backlog[0]
+            try:
+                self._conn.record_event(
+                    kind,
+                    item.job,
+                    self._owner,
+                    detail,
+                    JOURNAL_TIMEOUT,
+                    duration_ms=round(since_confirmed * 1000),
+                )
+            except psycopg.Error:
+                return  # the log line already carries it; try again after the next beat
+            self._backlog.popleft()
+
+    def _watch(self) -> None:
+        """Stop calls whose conservative deadline passed, even while a beat is stuck.
+
+        The beat itself may be blocked in a reconnect that libpq will not give up in
+        under 2 s; a lease must not outlive its deadline by that much.
+        """
+        while not self._stopping.wait(WATCH_INTERVAL):
+            with self._lock:
+                held = list(self._held.values())
+            for item in held:
+                if item.ownership.status == "lost":
+                    self._end(item, item.ownership.reason or "deadline_passed")
