@@ -6,12 +6,16 @@ import difflib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from ._errors import PayloadError, PolicyError
 from ._policy import ToolPolicy
 
 TOOL_NAME_MAX = 200
+CONCURRENCY_KEY_MAX = 500
+MAX_CONCURRENCY_LIMIT = 100_000
+# A tool's concurrency key: fixed, or computed from the payload at enqueue (None: no key).
+KeyRule = str | Callable[[dict[str, Any]], str | None] | None
 # Metric labels a tool may declare. A fixed set, so a dashboard can rely on them and a
 # typo fails at registration instead of quietly creating a new series.
 LABEL_KEYS = ("model", "provider")
@@ -26,6 +30,8 @@ class ToolSpec:
     is_async: bool
     signature: inspect.Signature
     labels: tuple[tuple[str, str], ...] = ()  # (key, value) pairs, see check_labels
+    priority: int = 0  # default priority of its calls; higher is claimed first
+    concurrency_key: KeyRule = None  # see App.tool
 
     def bind(self, payload: Any) -> None:
         """Refuse, at enqueue time, a payload the tool's signature cannot accept."""
@@ -53,11 +59,7 @@ def check_labels(name: str, labels: Mapping[str, str] | None) -> tuple[tuple[str
             raise PolicyError(
                 f"tool {name!r}: unknown label {key!r} (labels: {', '.join(LABEL_KEYS)}){hint}"
             )
-        if (
-            not isinstance(value, str)
-            or not 1 <= len(value) <= LABEL_VALUE_MAX
-            or not value.isprintable()
-        ):
+        if not is_short_text(value, LABEL_VALUE_MAX):
             raise PolicyError(
                 f"tool {name!r}: label {key!r} must be 1-{LABEL_VALUE_MAX} printable characters"
             )
@@ -70,6 +72,9 @@ def make_spec(
     fn: Callable[..., Any],
     policy: ToolPolicy,
     labels: Mapping[str, str] | None = None,
+    *,
+    priority: int = 0,
+    concurrency_key: KeyRule = None,
 ) -> ToolSpec:
     if not name or len(name) > TOOL_NAME_MAX or not name.isprintable():
         raise PolicyError(f"tool name must be 1-{TOOL_NAME_MAX} printable characters, got {name!r}")
@@ -82,6 +87,85 @@ def make_spec(
         inspect.Parameter.POSITIONAL_OR_KEYWORD,
     ):
         raise PolicyError(f"tool {name!r} must take the Context as its first positional argument")
+    if concurrency_key is not None and not callable(concurrency_key):
+        check_concurrency_key(concurrency_key)
     return ToolSpec(
-        name, fn, policy, inspect.iscoroutinefunction(fn), signature, check_labels(name, labels)
+        name,
+        fn,
+        policy,
+        inspect.iscoroutinefunction(fn),
+        signature,
+        check_labels(name, labels),
+        check_priority(priority),
+        concurrency_key,
     )
+
+
+def check_priority(priority: Any, high: int = 100) -> int:
+    """Priorities are small integers: calls with a higher one are claimed first."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > high:
+        raise PolicyError(f"priority must be an integer in [-{high}, {high}], got {priority!r}")
+    return priority
+
+
+def is_short_text(value: object, most: int) -> TypeGuard[str]:
+    """A printable string of 1 to ``most`` characters (names, labels, keys)."""
+    return isinstance(value, str) and 1 <= len(value) <= most and value.isprintable()
+
+
+def check_concurrency_key(key: Any) -> str:
+    if not is_short_text(key, CONCURRENCY_KEY_MAX):
+        raise PolicyError(
+            f"concurrency_key must be 1-{CONCURRENCY_KEY_MAX} printable characters, got {key!r}"
+        )
+    return key
+
+
+class ConcurrencyLimits:
+    """How many calls may run at once per concurrency key, declared in code.
+
+    A pattern is an exact key (``"provider:openai"``) or a prefix ending in
+    ``*`` (``"user:*"``): then *each* key with that prefix gets the limit, so
+    ``user:41`` and ``user:42`` run at most N each. The exact key wins, then
+    the longest prefix. The limit is looked up when a call is queued and stored
+    with it; a key that matches no declaration is refused, so a typo can never
+    mean "unlimited".
+    """
+
+    def __init__(self) -> None:
+        self._exact: dict[str, int] = {}
+        self._prefixes: dict[str, int] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._exact or self._prefixes)
+
+    def declare(self, pattern: str, limit: int) -> None:
+        check_concurrency_key(pattern)
+        if "*" in pattern[:-1]:
+            raise PolicyError(f"limit pattern {pattern!r}: '*' may only end a pattern")
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise PolicyError(f"limit for {pattern!r} must be an integer, got {limit!r}")
+        if not 1 <= limit <= MAX_CONCURRENCY_LIMIT:
+            raise PolicyError(
+                f"limit for {pattern!r} is {limit}; it must be in [1, {MAX_CONCURRENCY_LIMIT}]"
+            )
+        table, key = (
+            (self._prefixes, pattern[:-1]) if pattern.endswith("*") else (self._exact, pattern)
+        )
+        if table.get(key, limit) != limit:
+            raise PolicyError(f"limit pattern {pattern!r} is already declared as {table[key]}")
+        table[key] = limit
+
+    def resolve(self, key: str) -> int:
+        """The limit for ``key``; PolicyError when no declaration covers it."""
+        check_concurrency_key(key)
+        if key in self._exact:
+            return self._exact[key]
+        matches = [prefix for prefix in self._prefixes if key.startswith(prefix)]
+        if not matches:
+            declared = ", ".join(sorted([*self._exact, *(p + "*" for p in self._prefixes)]))
+            raise PolicyError(
+                f"concurrency_key {key!r} matches no declared limit "
+                f"(declared: {declared or 'none'}); declare one with app.limit(pattern, n)"
+            )
+        return self._prefixes[max(matches, key=len)]

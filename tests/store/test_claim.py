@@ -65,8 +65,10 @@ async def test_expired_lease_is_reclaimed_with_a_higher_token(store: Store) -> N
     assert again.attempt == 2
     assert (again.previous_owner, again.previous_token) == ("w1", first.token)
     events = await store.job_events(first.id)
-    assert [e["kind"] for e in events] == ["job_claimed", "job_claimed"]
-    assert events[1]["detail"] == {"reclaimed_from": "w1", "previous_token": first.token}
+    # The expired lease is journaled under its own token and attempt, then the reclaim.
+    assert [e["kind"] for e in events] == ["job_claimed", "lease_expired", "job_claimed"]
+    assert (events[1]["token"], events[1]["attempt"], events[1]["worker"]) == (first.token, 1, "w1")
+    assert events[2]["detail"] == {"reclaimed_from": "w1", "previous_token": first.token}
 
 
 async def test_exhausted_expired_lease_fails_with_a_reason(store: Store) -> None:

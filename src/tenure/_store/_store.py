@@ -484,9 +484,7 @@ class Store:
             "limit": limit,
         }
         if not limited:
-            return [
-                ClaimedJob(**row) for row in await self._fetch("claim", params, CLAIM_TIMEOUT)
-            ]
+            return [ClaimedJob(**row) for row in await self._fetch("claim", params, CLAIM_TIMEOUT)]
         async with self._pool.connection() as conn:
             with _deadline(conn, CLAIM_TIMEOUT):
                 async with conn.transaction():

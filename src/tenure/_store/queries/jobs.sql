@@ -7,9 +7,11 @@
 -- name: enqueue
 WITH inserted AS (
     INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts,
-                             priority, run_after, payload_hmac)
+                             priority, run_after, payload_hmac, concurrency_key,
+                             concurrency_limit, held)
     VALUES (%(tool)s, %(key)s, %(payload)s, %(payload_hash)s, %(max_attempts)s, %(priority)s,
-            clock_timestamp() + %(delay_ms)s * interval '1 millisecond', %(payload_hmac)s)
+            clock_timestamp() + %(delay_ms)s * interval '1 millisecond', %(payload_hmac)s,
+            %(concurrency_key)s, %(concurrency_limit)s, %(concurrency_key)s::text IS NOT NULL)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING *
 )
@@ -20,10 +22,14 @@ SELECT false AS created, * FROM tenure_jobs WHERE idempotency_key = %(key)s
 
 -- name: enqueue_many
 INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts, priority,
-                         payload_hmac)
-SELECT * FROM unnest(%(tools)s::text[], %(keys)s::text[], %(payloads)s::jsonb[],
-                     %(payload_hashes)s::text[], %(max_attempts)s::integer[],
-                     %(priorities)s::smallint[], %(payload_hmacs)s::text[])
+                         payload_hmac, concurrency_key, concurrency_limit, held)
+SELECT *, u.concurrency_key IS NOT NULL
+FROM unnest(%(tools)s::text[], %(keys)s::text[], %(payloads)s::jsonb[],
+            %(payload_hashes)s::text[], %(max_attempts)s::integer[],
+            %(priorities)s::smallint[], %(payload_hmacs)s::text[],
+            %(concurrency_keys)s::text[], %(concurrency_limits)s::integer[])
+    AS u(tool, idempotency_key, payload, payload_hash, max_attempts, priority, payload_hmac,
+         concurrency_key, concurrency_limit)
 ON CONFLICT (idempotency_key) DO NOTHING
 
 -- name: claim
@@ -37,38 +43,23 @@ WITH policy AS (
     WHERE j.lease_until < (SELECT now FROM clock)
       AND j.state = 'running'
       AND j.attempt < j.max_attempts
-      AND j.concurrency_key IS NULL
+      AND NOT j.held
       AND j.tool = ANY(%(tools)s::text[])
     ORDER BY j.lease_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), queued AS (
-    SELECT j.id, j.priority, j.run_after
+    SELECT j.id, NULL::text AS previous_owner, NULL::bigint AS previous_token
     FROM tenure_jobs j
     WHERE j.state = 'queued'
-      AND j.concurrency_key IS NULL
+      AND NOT j.held
       AND j.run_after <= (SELECT now FROM clock)
       AND j.tool = ANY(%(tools)s::text[])
     ORDER BY j.priority DESC, j.run_after, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), keyed AS (
-    -- Jobs with a concurrency key go through their limit (see migration 0004); unkeyed
-    -- jobs never wait for this.
-    SELECT * FROM tenure_claim_keyed(%(tools)s::text[], %(limit)s)
-    WHERE EXISTS (SELECT FROM tenure_jobs WHERE state = 'queued' AND concurrency_key IS NOT NULL)
-       OR EXISTS (SELECT FROM tenure_jobs WHERE state = 'running' AND concurrency_key IS NOT NULL)
 ), picked AS (
-    (SELECT * FROM expired)
-    UNION ALL
-    (SELECT k.id, k.previous_owner, k.previous_token FROM keyed k WHERE k.reclaim)
-    UNION ALL
-    (SELECT w.id, NULL, NULL
-     FROM (SELECT q.id, q.priority, q.run_after FROM queued q
-           UNION ALL
-           SELECT k.id, k.priority, k.run_after FROM keyed k WHERE NOT k.reclaim) w
-     ORDER BY w.priority DESC, w.run_after, w.id)
-    LIMIT %(limit)s
+    (SELECT * FROM expired) UNION ALL (SELECT * FROM queued) LIMIT %(limit)s
 ), claimed AS (
     UPDATE tenure_jobs j
     SET state = 'running',
@@ -86,31 +77,30 @@ WITH policy AS (
               j.payload_hmac, j.run_after
 ), journal AS (
     -- A reclaim journals the expired lease under its own token, attempt and owner, then the
-    -- claim; duration_ms is how long the job waited: since run_after, or since the previous
-    -- lease expired. The sub-select sees the row as it was before this statement (one
-    -- snapshot), and CASE runs it for reclaims only.
+    -- claim. duration_ms: how long the job had been claimable (since run_after, or since the
+    -- previous lease expired). The sub-selects see the row as it was before this statement
+    -- (one snapshot) and run for reclaims only, so a plain claim pays for neither.
     INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
                                duration_ms, payload_hmac)
-    SELECT e.kind, c.id, e.token, e.attempt, e.worker, c.tool, e.detail, e.code,
-           (extract(epoch FROM clock_timestamp() - coalesce(x.expired_at, c.run_after))
+    SELECT 'lease_expired', c.id, c.previous_token, c.attempt - 1, c.previous_owner, c.tool,
+           jsonb_build_object('reclaimed_by', %(owner)s::text), 'lease_expired',
+           (extract(epoch FROM clock_timestamp()
+                    - (SELECT o.lease_until FROM tenure_jobs o WHERE o.id = c.id)) * 1000)::bigint,
+           c.payload_hmac
+    FROM claimed c
+    WHERE c.previous_token IS NOT NULL
+    UNION ALL
+    SELECT 'job_claimed', c.id, c.token, c.attempt, %(owner)s, c.tool,
+           CASE WHEN c.previous_token IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('reclaimed_from', c.previous_owner,
+                                        'previous_token', c.previous_token) END,
+           NULL,
+           (extract(epoch FROM clock_timestamp() - CASE WHEN c.previous_token IS NULL
+                THEN c.run_after
+                ELSE (SELECT o.lease_until FROM tenure_jobs o WHERE o.id = c.id) END)
             * 1000)::bigint,
            c.payload_hmac
     FROM claimed c
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN c.previous_token IS NOT NULL
-                    THEN (SELECT o.lease_until FROM tenure_jobs o WHERE o.id = c.id) END
-    ) AS x(expired_at)
-    CROSS JOIN LATERAL (VALUES
-        (1, 'lease_expired', c.previous_token, c.attempt - 1, c.previous_owner,
-         jsonb_build_object('reclaimed_by', %(owner)s::text), 'lease_expired'),
-        (2, 'job_claimed', c.token, c.attempt, %(owner)s::text,
-         CASE WHEN c.previous_token IS NULL THEN '{}'::jsonb
-              ELSE jsonb_build_object('reclaimed_from', c.previous_owner,
-                                      'previous_token', c.previous_token) END,
-         NULL)
-    ) AS e(n, kind, token, attempt, worker, detail, code)
-    WHERE e.n = 2 OR c.previous_token IS NOT NULL
-    ORDER BY c.id, e.n
 )
 SELECT c.*, clock_timestamp() AS db_now FROM claimed c ORDER BY c.token
 

@@ -1,0 +1,54 @@
+-- Concurrency limits, periodic schedules and the job pruner (migration 0004).
+
+-- name: admit_held
+-- Inside the claiming transaction, before `claim`: admit held (keyed) jobs up to their keys'
+-- limits. The function holds each decided key's lock until the transaction ends; a claimer
+-- that stops talking in the middle (paused, partitioned) is cut off after `idle_ms`, which
+-- rolls its admissions back and frees the keys for the others.
+SELECT a.id
+FROM (SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s::text, true)) AS t,
+     tenure_admit(%(tools)s::text[], %(limit)s) AS a(id)
+
+-- name: hold_again
+-- Inside the same transaction, after `claim`: every admitted job is held again, claimed or not,
+-- so no committed state shows a keyed job the ordinary claim could take.
+UPDATE tenure_jobs SET held = true WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: schedule_marks
+-- The scheduler's clock and the latest slot each schedule has decided. The clock is the
+-- database's; `tenure.schedule_shift` (an interval, unset in production) lets a test move the
+-- slot arithmetic only: no lease statement reads it.
+SELECT c.now, s.name, s.last_slot
+FROM (SELECT clock_timestamp()
+             + coalesce(nullif(current_setting('tenure.schedule_shift', true), ''), '0')::interval
+             AS now) AS c
+LEFT JOIN tenure_schedules s ON s.name = ANY(%(names)s::text[])
+
+-- name: advance_schedule
+-- Decide a slot: advances the schedule's mark only if no one decided this slot (or a later
+-- one) yet. Concurrent callers serialise on the row; exactly one sees a row come back.
+INSERT INTO tenure_schedules AS s (name, last_slot) VALUES (%(name)s, %(slot)s)
+ON CONFLICT (name) DO UPDATE SET last_slot = excluded.last_slot, updated_at = clock_timestamp()
+WHERE s.last_slot < excluded.last_slot
+RETURNING s.name
+
+-- name: prune_jobs
+-- Terminal jobs finished before the retention period, oldest first, in one bounded batch, and
+-- the concurrency slots they held.
+-- `(SELECT clock_timestamp())` is evaluated once, so it can bound the tenure_jobs_finished scan.
+WITH doomed AS (
+    SELECT j.id FROM tenure_jobs j
+    WHERE j.finished_at < (SELECT clock_timestamp()) - %(retention_ms)s * interval '1 millisecond'
+      AND j.state IN ('succeeded', 'failed', 'cancelled')
+    ORDER BY j.finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    -- An array, so the delete goes by primary key whatever the planner thinks of the batch.
+    DELETE FROM tenure_jobs j WHERE j.id = ANY(ARRAY(SELECT d.id FROM doomed d))
+    RETURNING j.id, j.concurrency_key
+), slots AS (
+    DELETE FROM tenure_concurrency_slots s USING deleted d
+    WHERE s.concurrency_key = d.concurrency_key AND s.job_id = d.id
+)
+SELECT count(*) AS n FROM deleted
