@@ -320,6 +320,7 @@ def _mutated(queries: Any, name: str, old: str, new: str) -> dict[str, Any]:
     return patched
 
 
+@pytest.mark.slow
 def test_model_catches_a_commit_without_its_token_predicate(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -332,6 +333,7 @@ def test_model_catches_a_commit_without_its_token_predicate(
         _run(world, MUTANT_SETTINGS)
 
 
+@pytest.mark.slow
 def test_model_catches_a_receiver_without_its_high_water_mark(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

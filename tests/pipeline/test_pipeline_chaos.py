@@ -39,6 +39,7 @@ def committed(tables: Tables) -> int:
     )
 
 
+@pytest.mark.slow
 def test_300_runs_of_5_stages_survive_8_kills_of_every_worker(
     ops: App, stage_workers: WorkerGroup, tables: Tables, tenure_dsn: str
 ) -> None:
