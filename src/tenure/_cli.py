@@ -2,7 +2,9 @@
 
 Errors are one clear line on stderr and a non-zero exit; ``--debug`` shows the
 traceback. The database is ``--dsn``, else ``TENURE_DSN``, else the embedded
-server in tenure's data directory.
+server in tenure's data directory. Tables are rendered with rich; what they
+show comes from statements that never select payloads, results or error
+messages, so the output is safe to paste into a ticket.
 """
 
 from __future__ import annotations
@@ -13,17 +15,36 @@ import importlib
 import json
 import logging
 import os
+import re
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
+
+import psycopg
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from rich.table import Table
 
 from ._app import App
 from ._errors import ConfigError, TenureError
 from ._job import Job
-from ._store._store import migrate
+from ._observe._events import JOURNAL_KINDS
+from ._observe._pages import clock, seconds, summarize
+from ._store._store import EventQuery, migrate
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+PRUNE_COUNT_CAP = 10_000_000
+# Spaces between columns, a rule under the header: readable in a terminal and when pasted.
+TABLE: dict[str, Any] = {"box": box.SIMPLE_HEAD, "title_justify": "left"}
 
 
 def load_app(target: str) -> App:
@@ -43,96 +64,228 @@ def load_app(target: str) -> App:
     return app
 
 
-def _ago(moment: datetime | None, now: datetime) -> str:
-    if moment is None:
-        return "-"
-    return f"{(now - moment).total_seconds():.1f}s"
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``2h``, ``14d`` → seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 10m, 2h or 14d: {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
 
 
-def _left(moment: datetime | None, now: datetime) -> str:
-    if moment is None:
-        return "-"
-    return f"{(moment - now).total_seconds():.1f}s"
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if not value.isdigit():
+        raise ConfigError(f"{name} must be a port number, got {value!r}")
+    return int(value)
 
 
-def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=False)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=True))]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
-    return "\n".join(line.rstrip() for line in lines)
+def _console() -> Console:
+    """stdout; wide when it is not a terminal, so piped tables are not squeezed to 80 columns."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
-def _job_rows(jobs: Sequence[Job], now: datetime) -> str:
-    header = [
-        "ID",
-        "TOOL",
-        "STATE",
-        "ATTEMPT",
-        "TOKEN",
-        "OWNER",
-        "LEASE LEFT",
-        "HEARTBEAT AGE",
-        "CODE",
-    ]
-    rows = [
-        [
+def _since(later: datetime, earlier: datetime | None) -> float | None:
+    return None if earlier is None else (later - earlier).total_seconds()
+
+
+# -- tables ----------------------------------------------------------------------------
+
+
+def jobs_table(jobs: Sequence[Job], now: datetime) -> Table:
+    table = Table(title=f"{len(jobs)} jobs (database time {clock(now)})", **TABLE)
+    for column in ("ID", "TOOL", "STATE", "ATTEMPT", "TOKEN", "OWNER", "LEASE LEFT"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("HEARTBEAT AGE", no_wrap=True)
+    table.add_column("CODE")
+    for j in jobs:
+        running = j.state == "running"
+        table.add_row(
             str(j.id),
             j.tool,
             j.state,
             f"{j.attempt}/{j.max_attempts}",
             str(j.token),
             j.owner or "-",
-            _left(j.lease_until, now) if j.state == "running" else "-",
-            _ago(j.heartbeat_at, now) if j.state == "running" else "-",
+            seconds(_since(j.lease_until, now)) if running and j.lease_until else "-",
+            seconds(_since(now, j.heartbeat_at)) if running else "-",
             str((j.error or {}).get("code", "-")),
+        )
+    return table
+
+
+def events_table(events: Iterable[Mapping[str, Any]], *, title: str, with_job: bool) -> Table:
+    table = Table(title=title, **TABLE)
+    columns = ["AT (DB)", "EVENT", "JOB", "TOKEN", "ATTEMPT", "WORKER", "TOOL", "DETAIL"]
+    for column in columns if with_job else [c for c in columns if c != "JOB"]:
+        table.add_column(column, no_wrap=column != "DETAIL")
+    for e in events:
+        cells = [
+            e["at"].isoformat(timespec="milliseconds"),
+            e["kind"],
+            str(e.get("job_id", "-")),
+            str(e["token"] if e["token"] is not None else "-"),
+            str(e["attempt"] if e["attempt"] is not None else "-"),
+            e["worker"] or "-",
+            e["tool"] or "-",
+            summarize(e),
         ]
-        for j in jobs
-    ]
-    return _table(rows, header)
+        if not with_job:
+            del cells[2]
+        table.add_row(*cells)
+    return table
 
 
-async def _with_app(app: App, args: argparse.Namespace) -> int:
+def job_table(job: Mapping[str, Any]) -> Table:
+    now = job["db_now"]
+    running = job["state"] == "running"
+    beat = clock(job["heartbeat_at"])
+    if running:
+        beat += f" ({seconds(_since(now, job['heartbeat_at']))} ago)"
+    table = Table(title=f"job {job['id']}", show_header=False, **TABLE)
+    table.add_column(style="bold")
+    table.add_column()
+    rows = {
+        "state": job["state"],
+        "tool": job["tool"],
+        "owner": job["owner"] or "-",
+        "token": str(job["token"]),
+        "attempt": f"{job['attempt']}/{job['max_attempts']}",
+        "lease left": seconds(_since(job["lease_until"], now)) if running else "-",
+        "last heartbeat": beat,
+        "error code": job["code"] or "-",
+        "idempotency key": job["idempotency_key"],
+        "payload hmac": job["payload_hmac"] or "- (no journal key)",
+        "created": job["created_at"].isoformat(timespec="milliseconds"),
+        "finished": clock(job["finished_at"]),
+    }
+    for name, value in rows.items():
+        table.add_row(name, value)
+    return table
+
+
+# -- commands that need the database -----------------------------------------------------
+
+
+async def _with_app(app: App, args: argparse.Namespace, target: App | None) -> int:
     try:
-        return await _dispatch(app, args)
+        return await _dispatch(app, args, target)
     finally:
         await app.aclose()
 
 
-async def _dispatch(app: App, args: argparse.Namespace) -> int:
-    if args.command == "jobs":
-        now = await (await app._store()).db_now()
-        if args.action == "list":
-            print(
-                _job_rows(
-                    await app.list_jobs(state=args.state, tool=args.tool, limit=args.limit), now
-                )
-            )
-        elif args.action == "show":
-            job = await app.get(args.id)
-            print(_job_rows([job], now))
-            events = await app.events(args.id)
-            print()
-            print(
-                _table(
-                    [
-                        [
-                            e["at"].isoformat(timespec="milliseconds"),
-                            e["kind"],
-                            str(e["token"]),
-                            str(e["attempt"]),
-                            e["worker"] or "-",
-                            json.dumps(e["detail"]) if e["detail"] else "",
-                        ]
-                        for e in events
-                    ],
-                    ["AT", "EVENT", "TOKEN", "ATTEMPT", "WORKER", "DETAIL"],
-                )
-            )
-        elif args.action == "cancel":
-            print(_job_rows([await app.cancel(args.id)], now))
-        elif args.action == "retry":
-            print(_job_rows([await app.retry(args.id)], now))
+async def _jobs(app: App, args: argparse.Namespace, console: Console) -> int:
+    store = await app._store()
+    if args.action == "list":
+        jobs = await app.list_jobs(state=args.state, tool=args.tool, limit=args.limit)
+        console.print(jobs_table(jobs, await store.db_now()))
+    elif args.action == "show":
+        console.print(job_table(await store.job_detail(args.id)))
+        timeline = await store.job_timeline(args.id)
+        console.print(events_table(timeline, title="timeline", with_job=False))
+    else:
+        changed = await (app.cancel(args.id) if args.action == "cancel" else app.retry(args.id))
+        console.print(jobs_table([changed], await store.db_now()))
+    return 0
+
+
+def _event_query(args: argparse.Namespace) -> EventQuery:
+    kinds = tuple(args.kind or ())
+    since_ms: int | None = None
+    since_at: datetime | None = None
+    if args.since:
+        try:
+            since_ms = round(parse_duration(args.since) * 1000)
+        except argparse.ArgumentTypeError:
+            try:
+                since_at = datetime.fromisoformat(args.since).astimezone()
+            except ValueError:
+                raise ConfigError(
+                    f"--since takes a duration (10m, 2h) or an ISO time, got {args.since!r}"
+                ) from None
+    return EventQuery(
+        kinds=tuple(k for k in kinds if k != "job_reclaimed"),
+        reclaims="job_reclaimed" in kinds,
+        job_id=args.job,
+        tool=args.tool,
+        worker=args.worker,
+        since_ms=since_ms,
+        since_at=since_at,
+        limit=args.limit,
+    )
+
+
+async def _events(app: App, args: argparse.Namespace, console: Console) -> int:
+    rows = list(reversed(await (await app._store()).find_events(_event_query(args))))
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, default=str, separators=(",", ":")))
         return 0
+    console.print(events_table(rows, title=f"{len(rows)} events, oldest first", with_job=True))
+    return 0
+
+
+async def _prune(app: App, args: argparse.Namespace, console: Console) -> int:
+    from ._observe._pruner import Pruner, PrunerConfig
+
+    pruner = Pruner(await app._store(), PrunerConfig(retention=args.older_than))
+    total = await (await app._store()).count_old_events(pruner.retention_ms, PRUNE_COUNT_CAP)
+    with Progress(
+        TextColumn("pruning journal rows older than " + seconds(args.older_than)),
+        BarColumn(),
+        TaskProgressColumn(),
+        console=Console(stderr=True),
+    ) as progress:
+        task = progress.add_task("prune", total=total or 1)
+        deleted = await pruner.run_once(lambda n: progress.advance(task, n))
+        progress.update(task, completed=total or 1)
+    console.print(f"deleted {deleted} journal rows")
+    return 0
+
+
+async def _doctor(app: App, target: App | None, console: Console) -> int:
+    from ._observe._doctor import Check, doctor_steps
+
+    checks: list[Check] = []
+    try:
+        store = await app._store()
+    except (psycopg.Error, OSError) as exc:
+        checks.append(Check("connectivity", "fail", f"{type(exc).__name__}: {exc}".splitlines()[0]))
+    else:
+        steps = list(doctor_steps(store, target))
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as progress:
+            task = progress.add_task("doctor", total=len(steps))
+            for label, run in steps:
+                progress.update(task, description=f"checking {label}")
+                checks.extend(await run())
+                progress.advance(task)
+    table = Table(title="tenure doctor", **TABLE)
+    for column in ("CHECK", "STATUS", "DETAIL"):
+        table.add_column(column, no_wrap=column != "DETAIL")
+    for check in checks:
+        style = STATUS_STYLE[check.status]
+        table.add_row(check.name, f"[{style}]{check.status}[/{style}]", check.detail)
+    console.print(table)
+    return EXIT_ERROR if any(c.status == "fail" for c in checks) else 0
+
+
+async def _dispatch(app: App, args: argparse.Namespace, target: App | None) -> int:
+    console = _console()
+    if args.command == "jobs":
+        return await _jobs(app, args, console)
+    if args.command == "events":
+        return await _events(app, args, console)
+    if args.command == "prune":
+        return await _prune(app, args, console)
+    if args.command == "doctor":
+        return await _doctor(app, target, console)
     if args.command == "enqueue":
         payload = json.loads(args.payload)
         job = await app.enqueue(
@@ -145,11 +298,87 @@ async def _dispatch(app: App, args: argparse.Namespace) -> int:
     raise ConfigError(f"unknown command {args.command!r}")
 
 
+# -- long-running commands ---------------------------------------------------------------
+
+
+def _serve_until_stopped() -> None:
+    """Block until SIGINT or SIGTERM."""
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from ._observe._dashboard import TOKEN_ENV, check_bind, serve_dashboard
+    from ._observe._metrics import ToolLabels
+
+    token = os.environ.get(TOKEN_ENV) or None
+    check_bind(args.host, token)  # before anything starts, the embedded server included
+    app = load_app(args.app) if args.app else App()
+    labels = ToolLabels()
+    labels.register_specs(app.tools.values())
+    try:
+        server = serve_dashboard(
+            app.dsn,
+            args.host,
+            args.port,
+            access_token=token,
+            labels=labels,
+            poll_interval=args.poll_interval,
+        )
+        print(f"tenure dashboard: {server.url}", flush=True)
+        print(f"metrics: {server.url}/metrics", flush=True)
+        if token is None:
+            print(f"read-only: set {TOKEN_ENV} to enable cancel and retry", flush=True)
+        try:
+            _serve_until_stopped()
+        finally:
+            server.stop()
+    finally:
+        app.close()
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from ._observe._pruner import PrunerConfig
+
+    app = load_app(args.app)
+    worker = app.worker(
+        concurrency=args.concurrency,
+        claim_batch=args.claim_batch,
+        poll_interval=args.poll_interval,
+        grace=args.grace,
+        name=args.name,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        journal_heartbeats=args.journal_heartbeats,
+        pruner=PrunerConfig(retention=args.journal_retention),
+    )
+    try:
+        asyncio.run(worker.run(scrub_environment=True))
+    finally:
+        app.close()
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tenure", description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", help="PostgreSQL DSN (default: $TENURE_DSN, else embedded)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("TENURE_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING"],
+        help="default $TENURE_LOG_LEVEL, else INFO (DEBUG adds heartbeat_ok lines)",
+    )
+    parser.add_argument(
+        "--log-format", choices=["kv", "json"], help="key=value lines (default) or JSON lines"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     commands.add_parser("migrate", help="apply pending schema migrations")
@@ -166,6 +395,27 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds running calls get on SIGTERM before they are released",
     )
     worker.add_argument("--name", help="worker name in the journal (default host:pid:random)")
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=_env_int("TENURE_METRICS_PORT"),
+        help="serve Prometheus /metrics on this port, 0 for any free one "
+        "(default $TENURE_METRICS_PORT, else off)",
+    )
+    worker.add_argument("--metrics-host", default="127.0.0.1", help="default 127.0.0.1")
+    worker.add_argument(
+        "--journal-heartbeats",
+        action="store_true",
+        default=os.environ.get("TENURE_JOURNAL_HEARTBEATS") == "1",
+        help="journal every heartbeat_ok, one row per lease per beat: for debugging "
+        "(default: $TENURE_JOURNAL_HEARTBEATS=1)",
+    )
+    worker.add_argument(
+        "--journal-retention",
+        type=parse_duration,
+        default="14d",
+        help="delete journal rows older than this (default 14d)",
+    )
 
     enqueue = commands.add_parser("enqueue", help="enqueue one call of a tool of MODULE:APP")
     enqueue.add_argument("app", help="MODULE:APP")
@@ -177,18 +427,52 @@ def _parser() -> argparse.ArgumentParser:
 
     jobs = commands.add_parser("jobs", help="inspect and operate on jobs")
     actions = jobs.add_subparsers(dest="action", required=True)
-    listing = actions.add_parser("list")
-    listing.add_argument(
-        "--state", choices=["queued", "running", "succeeded", "failed", "cancelled"]
-    )
+    listing = actions.add_parser("list", help="owner, token, lease left, heartbeat age")
+    listing.add_argument("--state", choices=STATES)
     listing.add_argument("--tool")
     listing.add_argument("--limit", type=int, default=50)
-    for action in ("show", "cancel", "retry"):
+    actions.add_parser("show", help="the job and its event timeline").add_argument("id", type=int)
+    for action in ("cancel", "retry"):
         actions.add_parser(action).add_argument("id", type=int)
+
+    events = commands.add_parser("events", help="filter the event journal")
+    events.add_argument(
+        "--kind",
+        action="append",
+        choices=sorted({*JOURNAL_KINDS, "job_reclaimed"}),
+        help="repeatable; job_reclaimed selects claims that took over an expired lease",
+    )
+    events.add_argument("--job", type=int)
+    events.add_argument("--tool")
+    events.add_argument("--worker")
+    events.add_argument("--since", help="a duration back from now (10m, 2h) or an ISO time")
+    events.add_argument("--limit", type=int, default=100)
+    events.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    prune = commands.add_parser("prune", help="delete journal rows past their retention")
+    prune.add_argument("--older-than", type=parse_duration, default="14d")
+
+    doctor = commands.add_parser(
+        "doctor", help="check connectivity, schema, clocks, policies and index plans"
+    )
+    doctor.add_argument("app", nargs="?", help="MODULE:APP whose policies to check")
+
+    dashboard = commands.add_parser("dashboard", help="serve the live web dashboard")
+    dashboard.add_argument("app", nargs="?", help="MODULE:APP (for model/provider labels)")
+    dashboard.add_argument("--host", default="127.0.0.1")
+    dashboard.add_argument("--port", type=int, default=8321, help="0 picks a free port")
+    dashboard.add_argument("--poll-interval", type=float, default=1.0)
 
     demo = commands.add_parser("demo", help="run the fault-injection demo on the embedded server")
     demo.add_argument("--jobs", type=int, default=24)
     demo.add_argument("--workers", type=int, default=3)
+    demo.add_argument(
+        "--pipeline", action="store_true", help="ADR 0067's review pipeline under SIGKILL instead"
+    )
+    demo.add_argument("--runs", type=int, default=6, help="pipeline runs (with --pipeline)")
+    demo.add_argument(
+        "--linger", type=float, default=0.0, help="keep the dashboard up this long after the report"
+    )
     return parser
 
 
@@ -196,9 +480,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.dsn:
         os.environ["TENURE_DSN"] = args.dsn
     if args.command == "demo":
-        from ._demo import run_demo
+        from ._demo import run_demo, run_pipeline_demo
 
-        return run_demo(jobs=args.jobs, workers=args.workers)
+        if args.pipeline:
+            return run_pipeline_demo(runs=args.runs, workers=args.workers)
+        return run_demo(jobs=args.jobs, workers=args.workers, linger=args.linger)
     if args.command == "migrate":
         app = App(migrate=False)
         try:
@@ -208,35 +494,38 @@ def _run(args: argparse.Namespace) -> int:
             app.close()
         return 0
     if args.command == "worker":
-        app = load_app(args.app)
-        worker = app.worker(
-            concurrency=args.concurrency,
-            claim_batch=args.claim_batch,
-            poll_interval=args.poll_interval,
-            grace=args.grace,
-            name=args.name,
-        )
-        try:
-            asyncio.run(worker.run(scrub_environment=True))
-        finally:
-            app.close()
-        return 0
-    app = load_app(args.app) if args.command == "enqueue" else App()
+        return _worker(args)
+    if args.command == "dashboard":
+        return _dashboard(args)
+    target = load_app(args.app) if getattr(args, "app", None) else None
+    if args.command == "doctor":  # must see an unmigrated schema as it is, not migrate it
+        app = App(target._dsn if target is not None else None, migrate=False)
+    else:
+        app = target or App()
     try:
-        return asyncio.run(_with_app(app, args))
+        return asyncio.run(_with_app(app, args, target))
     finally:
         app.close()
+        if target is not None and target is not app:
+            target.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        parser = _parser()
+    except ConfigError as exc:  # a malformed TENURE_* default
+        print(f"tenure: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    args = parser.parse_args(argv)
+    if args.log_format:
+        os.environ["TENURE_LOG_FORMAT"] = args.log_format
     logging.basicConfig(level=args.log_level, format="%(message)s", stream=sys.stderr)
     try:
         return _run(args)
     except KeyboardInterrupt:
         return 130
-    except (TenureError, json.JSONDecodeError, OSError) as exc:
+    except (TenureError, json.JSONDecodeError, OSError, psycopg.Error) as exc:
         if args.debug:
             raise
-        print(f"tenure: error: {exc}", file=sys.stderr)
+        print(f"tenure: error: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
         return EXIT_ERROR

@@ -1,0 +1,28 @@
+"""Observability: the event journal, Prometheus metrics, `tenure doctor` and the dashboard.
+
+Modules are imported where they are used, so that importing tenure does not
+import prometheus-client or Starlette. The telemetry contract's entry point is
+``tenure._log.log_event``; the catalogue of events is `_events.EVENTS`.
+
+    _events     the catalogue of event kinds (the README's event table)
+    _journal    keyed payload hashes; the batched writer for observed events
+    _pruner     journal retention
+    _metrics    event-fed counters and histograms; gauges read from the database
+    _http       /metrics, the loopback rule, uvicorn on a thread
+    _runtime    what a worker starts: writer, pruner, /metrics
+    _fence      FenceObserver, the receiver's side (stale_fence_rejected)
+    _doctor     `tenure doctor`'s checks
+    _pages      the dashboard's HTML
+    _dashboard  the dashboard's routes, sessions and CSRF
+"""
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    """`FenceObserver`, imported on first use (it needs prometheus-client and Starlette)."""
+    if name == "FenceObserver":
+        from ._fence import FenceObserver
+
+        return FenceObserver
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,368 @@
+"""`tenure dashboard`: ownership at a glance, live, in a browser (Starlette + uvicorn).
+
+Server-rendered HTML plus a small script that polls a JSON endpoint for fresh
+fragments and shrinks the lease bars between polls. No build step, no CDN.
+
+Access. Without an access token the dashboard is read-only and binds only to a
+loopback address (`check_bind` refuses anything else). With one, every page
+asks for it once (a signed, HttpOnly, SameSite=Strict session cookie follows),
+/metrics and the JSON endpoints also take ``Authorization: Bearer <token>``,
+and cancel/retry are enabled — each form carries a CSRF token bound to the
+session, and a cross-origin ``Origin`` is refused as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from urllib.parse import parse_qs, quote, urlsplit
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from .._errors import ConfigError, JobNotFound
+from .._store._store import Store
+from . import _pages
+from ._http import MetricsState, ServerThread, is_loopback, metrics_endpoint, store_lifespan
+from ._metrics import DatabaseGauges, ToolLabels
+
+TOKEN_ENV = "TENURE_DASHBOARD_TOKEN"  # noqa: S105 - the variable's name, not a secret
+MIN_TOKEN = 16
+SESSION_COOKIE = "tenure_session"
+SESSION_SECONDS = 12 * 3600
+MAX_FORM_BYTES = 4096
+DASHBOARD_CONNECTIONS = 4
+RUNNING_LIMIT = 200
+EVENTS_LIMIT = 40
+RUNS_LIMIT = 10
+CHART_WINDOW = 15 * 60.0
+CHART_BUCKET = 30.0
+CHART_CAP = 100_000
+CHART_TTL = 5.0
+STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",  # no-referrer makes Chromium send `Origin: null`
+    "Cache-Control": "no-store",
+}
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to serve beyond this machine without an access token (and weak tokens)."""
+    if token is not None and len(token) < MIN_TOKEN:
+        raise ConfigError(f"the dashboard's access token must be at least {MIN_TOKEN} characters")
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve the dashboard on {host}: anyone who can reach it could read "
+            f"the journal. Set {TOKEN_ENV} (at least {MIN_TOKEN} characters) or bind 127.0.0.1"
+        )
+
+
+class _Sessions:
+    """Stateless sessions: ``sid.issued.mac``, signed with a secret that dies with the server."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+        self._secret = secrets.token_bytes(32)
+
+    def _mac(self, purpose: str, value: str) -> str:
+        return hmac.new(self._secret, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
+
+    def issue(self) -> str:
+        sid = f"{secrets.token_urlsafe(18)}.{int(time.time())}"
+        return f"{sid}.{self._mac('session', sid)}"
+
+    def session(self, request: Request) -> str | None:
+        """The request's valid session id, if any."""
+        cookie = request.cookies.get(SESSION_COOKIE, "")
+        sid, _, mac = cookie.rpartition(".")
+        if not sid or not hmac.compare_digest(mac, self._mac("session", sid)):
+            return None
+        issued = sid.rpartition(".")[2]
+        if not issued.isdigit() or time.time() - int(issued) > SESSION_SECONDS:
+            return None
+        return sid
+
+    def csrf(self, sid: str | None) -> str | None:
+        return None if sid is None else self._mac("csrf", sid)
+
+    def bearer(self, request: Request) -> bool:
+        given = request.headers.get("authorization", "")
+        return bool(self.token) and hmac.compare_digest(given, f"Bearer {self.token}")
+
+    def allowed(self, request: Request) -> bool:
+        return self.token is None or self.bearer(request) or self.session(request) is not None
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The fields of a small urlencoded form (our forms have one to three short fields)."""
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        return {}
+    fields = parse_qs(body.decode("latin-1"), max_num_fields=10)
+    return {name: values[0] for name, values in fields.items()}
+
+
+def _same_origin(request: Request) -> bool:
+    """A browser's Origin (when sent) must be this server; other origins are CSRF attempts."""
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        return origin is None
+    parts = urlsplit(origin)
+    return parts.netloc == request.headers.get("host", "")
+
+
+class _Guard(BaseHTTPMiddleware):
+    """Authentication for everything but the login page and static files; security headers."""
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        sessions: _Sessions = request.app.state.sessions
+        path = request.url.path
+        if path.startswith("/static/") or path == "/login" or sessions.allowed(request):
+            response = await call_next(request)
+        elif path.startswith(("/api/", "/metrics")) or request.method != "GET":
+            response = JSONResponse({"error": "access token required"}, status_code=401)
+        else:
+            target = path + (f"?{request.url.query}" if request.url.query else "")
+            response = RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+
+class _Charts:
+    """The outcome charts' data, read at most every CHART_TTL seconds whoever polls."""
+
+    def __init__(self) -> None:
+        self._at = 0.0
+        self._html = ""
+        self._lock = asyncio.Lock()
+
+    async def render(self, store: Store) -> str:
+        async with self._lock:
+            if time.monotonic() - self._at > CHART_TTL:
+                rows = await store.throughput(
+                    round(CHART_WINDOW * 1000), round(CHART_BUCKET * 1000), CHART_CAP
+                )
+                self._html = _pages.charts(rows, CHART_WINDOW, CHART_BUCKET)
+                self._at = time.monotonic()
+            return self._html
+
+
+def _store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+async def _overview_fragments(request: Request) -> dict[str, str]:
+    store = _store(request)
+    running = await store.running_leases(RUNNING_LIMIT)
+    now = running[0]["db_now"] if running else await store.db_now()
+    return {
+        "running": _pages.running_table(running, now),
+        "events": _pages.events_table(await store.notable_events(EVENTS_LIMIT), with_job=True),
+        "charts": await request.app.state.charts.render(store),
+        "pipelines": _pages.pipelines_table(await store.pipeline_runs(RUNS_LIMIT)),
+    }
+
+
+async def _job_fragments(request: Request, job_id: int) -> dict[str, str]:
+    store = _store(request)
+    job = await store.job_detail(job_id)
+    sessions: _Sessions = request.app.state.sessions
+    csrf = sessions.csrf(sessions.session(request))
+    return {
+        "summary": _pages.job_summary(job, csrf=csrf, can_act=csrf is not None),
+        "timeline": _pages.events_table(await store.job_timeline(job_id), with_job=False),
+    }
+
+
+def _html(request: Request, title: str, body: str, poll: str) -> HTMLResponse:
+    sessions: _Sessions = request.app.state.sessions
+    csrf = sessions.csrf(sessions.session(request))
+    interval = request.app.state.poll_interval
+    return HTMLResponse(_pages.page(title, body, poll=poll, interval=interval, csrf=csrf))
+
+
+async def overview(request: Request) -> Response:
+    fragments = await _overview_fragments(request)
+    return _html(request, "ownership", _pages.overview(fragments), "/api/overview")
+
+
+async def overview_api(request: Request) -> Response:
+    return JSONResponse(await _overview_fragments(request))
+
+
+async def job_page(request: Request) -> Response:
+    job_id = request.path_params["job_id"]
+    try:
+        fragments = await _job_fragments(request, job_id)
+    except JobNotFound:
+        return HTMLResponse(
+            _pages.page("not found", f"<p>No job {job_id}.</p>", poll="", interval=0, csrf=None),
+            status_code=404,
+        )
+    notice = NOTICES.get(request.query_params.get("done", ""))
+    body = _pages.job_page(job_id, fragments, notice)
+    return _html(request, f"job {job_id}", body, f"/api/jobs/{job_id}")
+
+
+async def job_api(request: Request) -> Response:
+    try:
+        return JSONResponse(await _job_fragments(request, request.path_params["job_id"]))
+    except JobNotFound:
+        return JSONResponse({"error": "no such job"}, status_code=404)
+
+
+async def _cancel(store: Store, job_id: int) -> str:
+    return "cancelled" if await store.cancel(job_id) is not None else "not-cancelled"
+
+
+async def _retry(store: Store, job_id: int) -> str:
+    return "retried" if await store.retry(job_id) is not None else "not-retried"
+
+
+ACTIONS: dict[str, Callable[[Store, int], Awaitable[str]]] = {"cancel": _cancel, "retry": _retry}
+# What an action's redirect may say; the page shows these texts, never the query string.
+NOTICES = {
+    "cancelled": "Cancelled: a running call stops at its next heartbeat.",
+    "not-cancelled": "Not cancelled: the job had already ended.",
+    "retried": "Queued again with one more attempt.",
+    "not-retried": "Not retried: only failed or cancelled jobs are retried.",
+}
+
+
+async def job_action(request: Request) -> Response:
+    """Cancel or retry: a session, its CSRF token and a same-origin request, or 403."""
+    sessions: _Sessions = request.app.state.sessions
+    if sessions.token is None:
+        return JSONResponse(
+            {"error": f"actions need an access token: start the dashboard with {TOKEN_ENV}"},
+            status_code=403,
+        )
+    form = await _form(request)
+    expected = sessions.csrf(sessions.session(request))
+    given = form.get("csrf", "")
+    if expected is None or not hmac.compare_digest(given, expected) or not _same_origin(request):
+        return JSONResponse({"error": "CSRF check failed"}, status_code=403)
+    job_id = request.path_params["job_id"]
+    action = request.path_params["action"]
+    if action not in ACTIONS:
+        return JSONResponse({"error": "unknown action"}, status_code=404)
+    try:
+        done = await ACTIONS[action](_store(request), job_id)
+    except JobNotFound:
+        return JSONResponse({"error": "no such job"}, status_code=404)
+    return RedirectResponse(f"/jobs/{job_id}?done={done}", status_code=303)
+
+
+def _safe_next(value: str) -> str:
+    """Only same-site paths after login (never an open redirect)."""
+    return value if value.startswith("/") and not value.startswith("//") else "/"
+
+
+async def login(request: Request) -> Response:
+    sessions: _Sessions = request.app.state.sessions
+    if request.method == "GET":
+        next_url = _safe_next(request.query_params.get("next", "/"))
+        body = _pages.login_page(next_url, failed=False)
+        return HTMLResponse(_pages.page("sign in", body, poll="", interval=0, csrf=None))
+    form = await _form(request)
+    next_url = _safe_next(form.get("next", "/"))
+    token = form.get("token", "")
+    if sessions.token is None:
+        return RedirectResponse(next_url, status_code=303)
+    if not _same_origin(request) or not hmac.compare_digest(token, sessions.token):
+        await asyncio.sleep(0.5)  # a wrong guess costs time
+        body = _pages.login_page(next_url, failed=True)
+        page = _pages.page("sign in", body, poll="", interval=0, csrf=None)
+        return HTMLResponse(page, status_code=403)
+    response = RedirectResponse(next_url, status_code=303)
+    response.set_cookie(
+        SESSION_COOKIE,
+        sessions.issue(),
+        max_age=SESSION_SECONDS,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+async def logout(request: Request) -> Response:
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE)
+    return response
+
+
+async def static(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in STATIC:
+        return Response(status_code=404)
+    text = resources.files("tenure._observe").joinpath("static", name).read_text("utf-8")
+    return Response(text, media_type=STATIC[name])
+
+
+def create_dashboard(
+    dsn: str,
+    *,
+    access_token: str | None = None,
+    labels: ToolLabels | None = None,
+    poll_interval: float = 1.0,
+) -> Starlette:
+    """The dashboard as an ASGI app (serve it with `serve_dashboard`, or mount it yourself)."""
+    if access_token is not None and len(access_token) < MIN_TOKEN:
+        raise ConfigError(f"the dashboard's access token must be at least {MIN_TOKEN} characters")
+    labels = labels or ToolLabels()
+    app = Starlette(
+        routes=[
+            Route("/", overview),
+            Route("/api/overview", overview_api),
+            Route("/jobs/{job_id:int}", job_page),
+            Route("/api/jobs/{job_id:int}", job_api),
+            Route("/jobs/{job_id:int}/{action}", job_action, methods=["POST"]),
+            Route("/login", login, methods=["GET", "POST"]),
+            Route("/logout", logout, methods=["POST"]),
+            Route("/metrics", metrics_endpoint),
+            Route("/static/{name}", static),
+        ],
+        middleware=[Middleware(_Guard)],
+        lifespan=store_lifespan(dsn, DASHBOARD_CONNECTIONS),
+    )
+    app.state.sessions = _Sessions(access_token)
+    app.state.charts = _Charts()
+    app.state.poll_interval = poll_interval
+    app.state.metrics = MetricsState([], DatabaseGauges(labels, journal_counts=True))
+    return app
+
+
+def serve_dashboard(
+    dsn: str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    access_token: str | None = None,
+    labels: ToolLabels | None = None,
+    poll_interval: float = 1.0,
+) -> ServerThread:
+    """Check the bind, then serve the dashboard on a thread; ``.url`` says where."""
+    check_bind(host, access_token)
+    app = create_dashboard(
+        dsn, access_token=access_token, labels=labels, poll_interval=poll_interval
+    )
+    server = ServerThread(app, host, port, name="tenure-dashboard")
+    server.start()
+    return server

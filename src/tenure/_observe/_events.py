@@ -1,0 +1,234 @@
+"""The catalogue of events: the telemetry contract in one table.
+
+Every kind tenure emits or journals is listed here with who emits it, where
+it is journaled and what ``duration_ms`` measures; the README's event table
+is checked against this catalogue by the tests, and so is every literal kind
+passed to ``log_event`` in the source. Consumers (metrics, the journal
+writer, the dashboard) select kinds from here rather than spelling them again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    """One kind of event.
+
+    ``journal`` names who writes the journal row: a statement (``claim``,
+    ``finish_many``, ...), ``heartbeat`` (the heartbeat thread's own
+    connection), ``completer``, ``writer`` (the batched journal writer), or
+    ``-`` for log-only events. ``duration`` names the field whose value (in
+    seconds) becomes ``duration_ms`` when the writer journals the event.
+    """
+
+    kind: str
+    emitted_by: str
+    journal: str
+    meaning: str
+    duration: str | None = None
+
+
+_SPECS = (
+    EventSpec(
+        "job_claimed",
+        "worker (log), claim (journal)",
+        "claim",
+        "a worker took a job under a new token; a reclaim carries previous_token and "
+        "reclaimed_from. duration_ms: how long the job had been claimable",
+    ),
+    EventSpec(
+        "job_reclaimed",
+        "derived",
+        "-",
+        "not a row of its own: a job_claimed row with previous_token "
+        "(`tenure events --kind job_reclaimed` selects those)",
+    ),
+    EventSpec(
+        "lease_expired",
+        "worker (log, at reclaim), claim and rescuer (journal)",
+        "claim, fail_exhausted_leases",
+        "a lease ran out; token, attempt and worker are the expired holder's. "
+        "duration_ms: how long past its end it was found",
+    ),
+    EventSpec(
+        "heartbeat_ok",
+        "heartbeat thread (DEBUG log)",
+        "writer, only with journal_heartbeats",
+        "a lease was extended. duration_ms: heartbeat_age, the time since the previous "
+        "confirmation",
+        duration="heartbeat_age",
+    ),
+    EventSpec(
+        "heartbeat_withheld",
+        "heartbeat thread (log)",
+        "- (journaled as heartbeat_lost, reason executor_unobservable)",
+        "the executor was not observable (loop stalled, task done, time limit), so its lease "
+        "was not extended",
+    ),
+    EventSpec(
+        "heartbeat_lost",
+        "heartbeat thread",
+        "heartbeat",
+        "the lease is gone: reason zero_rows (the database refused the extension), "
+        "deadline_passed (the conservative local deadline ran out) or executor_unobservable. "
+        "duration_ms: time since the last confirmation",
+    ),
+    EventSpec(
+        "ownership_unknown",
+        "heartbeat thread",
+        "writer (once the database answers again; `at` is back-dated)",
+        "the database did not answer a heartbeat (reason db_error): no new irreversible step. "
+        "duration_ms: time since the last confirmation",
+        duration="since_confirmed",
+    ),
+    EventSpec(
+        "cancel_observed",
+        "heartbeat thread (log)",
+        "-",
+        "the owner learned of an operator's cancel; the cancel itself is journaled as cancelled",
+    ),
+    EventSpec(
+        "tool_request_started",
+        "FencedAuth, right before the request is sent",
+        "writer",
+        "a fenced side-effect request left the worker: operation, idempotency key, method, "
+        "host (never the body or path). duration_ms: confirmed lease left when it was sent",
+        duration="lease_left",
+    ),
+    EventSpec(
+        "call_finished",
+        "worker (log)",
+        "-",
+        "the tool returned or raised: outcome, code, duration (the commit is journaled apart)",
+    ),
+    EventSpec(
+        "call_abandoned",
+        "worker (log)",
+        "-",
+        "the call was stopped without a commit (lease lost, cancelled): reason, duration",
+    ),
+    EventSpec(
+        "commit_uncertain",
+        "completer (log)",
+        "-",
+        "a fenced commit got no answer; it is retried while the lease may hold",
+    ),
+    EventSpec(
+        "result_rejected",
+        "completer",
+        "completer",
+        "the fenced commit matched zero rows: the result was not published (detail outcome)",
+    ),
+    EventSpec(
+        "succeeded",
+        "finish_many",
+        "finish_many",
+        "the result was committed. duration_ms: the attempt's run time, claim to commit",
+    ),
+    EventSpec(
+        "failed",
+        "finish_many, fail_exhausted_leases",
+        "finish_many, fail_exhausted_leases",
+        "the job ended failed with a code (lease_expired from the rescuer). duration_ms: "
+        "the attempt's run time",
+    ),
+    EventSpec(
+        "retried",
+        "finish_many",
+        "finish_many",
+        "the attempt failed and the job was queued again after backoff (code)",
+    ),
+    EventSpec(
+        "released",
+        "finish_many",
+        "finish_many",
+        "shutdown handed the lease back without burning an attempt",
+    ),
+    EventSpec(
+        "cancelled",
+        "cancel_job (operator: CLI, dashboard, App.cancel)",
+        "cancel_job",
+        "an operator cancelled the job. duration_ms: how long a running attempt had run",
+    ),
+    EventSpec(
+        "retry_requested",
+        "retry_job (operator)",
+        "retry_job",
+        "an operator queued a failed or cancelled job again",
+    ),
+    EventSpec(
+        "stale_fence_rejected",
+        "receiver: FenceObserver on FenceMiddleware",
+        "writer, when the observer has a journal DSN",
+        "a receiver refused a request whose fencing token is below the highest it accepted",
+    ),
+    EventSpec("worker_started", "worker (log)", "-", "a worker is ready: concurrency, tools"),
+    EventSpec("worker_draining", "worker (log)", "-", "soft stop with calls still running"),
+    EventSpec("worker_stopped", "worker (log)", "-", "the worker is gone: counts"),
+    EventSpec("claim_failed", "worker (log)", "-", "a claim statement failed (error class)"),
+    EventSpec("listen_failed", "worker (DEBUG log)", "-", "LISTEN dropped; polling covers it"),
+    EventSpec("metrics_listening", "worker (log)", "-", "where /metrics is served: url"),
+    EventSpec(
+        "journal_dropped",
+        "journal writer (log)",
+        "-",
+        "the writer's buffer was full (database away too long): how many events were dropped",
+    ),
+    EventSpec(
+        "journal_write_failed",
+        "journal writer (log)",
+        "-",
+        "a batch could not be written; it is kept and tried again",
+    ),
+    EventSpec("events_pruned", "pruner (log)", "-", "journal rows past retention were deleted"),
+    EventSpec("prune_failed", "pruner (log)", "-", "a prune sweep failed (error class)"),
+    EventSpec(
+        "dispatched",
+        "pipeline transition statement",
+        "transition",
+        "a pipeline stage's job was queued in the same transaction as the previous stage's "
+        "commit (detail run, after_job)",
+    ),
+    EventSpec(
+        "rescued",
+        "rescuer (log)",
+        "-",
+        "a rescue sweep acted: leases failed on their last attempt (each journaled as "
+        "lease_expired + failed), runs re-dispatched or adopted, intents resent",
+    ),
+    EventSpec("rescue_failed", "rescuer (log)", "-", "a rescue sweep failed (error class)"),
+    EventSpec("jobs_pruned", "job pruner (log)", "-", "finished jobs past retention were deleted"),
+    EventSpec("job_prune_failed", "job pruner (log)", "-", "a job prune sweep failed"),
+    EventSpec(
+        "slot_enqueued",
+        "scheduler (log)",
+        "-",
+        "a periodic schedule's slot was queued (schedule, slot, how late)",
+    ),
+    EventSpec(
+        "slot_skipped", "scheduler (log)", "-", "a missed slot was skipped, per its schedule"
+    ),
+    EventSpec("schedule_failed", "scheduler (log)", "-", "a scheduler sweep failed"),
+)
+
+EVENTS: MappingProxyType[str, EventSpec] = MappingProxyType({s.kind: s for s in _SPECS})
+
+# What the journal writer writes; the other journaled kinds are written by their statement.
+WRITER_KINDS = frozenset({"ownership_unknown", "tool_request_started", "stale_fence_rejected"})
+
+# The dashboard's ownership feed (these match the partial index tenure_events_notable).
+OWNERSHIP_KINDS = (
+    "lease_expired",
+    "heartbeat_lost",
+    "result_rejected",
+    "ownership_unknown",
+    "stale_fence_rejected",
+    "cancelled",
+    "retry_requested",
+)
+
+# Kinds a journal row can have (everything journaled by a statement, a thread or the writer).
+JOURNAL_KINDS = frozenset(s.kind for s in _SPECS if not s.journal.startswith("-"))

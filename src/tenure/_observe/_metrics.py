@@ -1,0 +1,337 @@
+"""Prometheus metrics: what this process saw (events) and what the database holds (on scrape).
+
+`Metrics` is an event handler (see ``tenure._log.attach``): it turns the events
+of the telemetry contract into counters and histograms in a private
+`CollectorRegistry` — never prometheus-client's global one, so two apps in one
+process, or a test, never share numbers by accident. `DatabaseGauges` computes
+queue depth, oldest queued age and the state of held leases from the database
+when scraped, in bounded statements, plus (for the dashboard) journal rows
+counted incrementally since the exporter started.
+
+Every series is labelled by tool and by the tool's user-supplied ``model`` and
+``provider`` (``app.tool(labels=...)``). Cardinality is bounded by `ToolLabels`:
+past a cap, new tool names or label values are reported as ``other``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .._log import Event
+from ._events import EVENTS
+
+if TYPE_CHECKING:
+    from .._registry import ToolSpec
+    from .._store._store import Store
+
+LABEL_KEYS = ("model", "provider")
+TOOL_LABELS = ("tool", *LABEL_KEYS)
+OTHER = "other"
+TOOL_CAP = 200
+VALUE_CAP = 50
+LOSS_REASONS = frozenset({"zero_rows", "deadline_passed", "executor_unobservable", "db_error"})
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+LEASE_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 300)
+QUEUE_CAP = 100_000
+
+
+class ToolLabels:
+    """Maps a tool name to its (tool, model, provider) label values, with bounded cardinality.
+
+    Registered tools keep their names while fewer than ``tool_cap`` names have been
+    seen; every label key keeps at most ``value_cap`` distinct values. Anything past a
+    cap becomes ``other``, so a misbehaving producer cannot explode the series count.
+    """
+
+    def __init__(self, *, tool_cap: int = TOOL_CAP, value_cap: int = VALUE_CAP) -> None:
+        self._tool_cap = tool_cap
+        self._value_cap = value_cap
+        self._lock = threading.Lock()
+        self._tools: dict[str, tuple[str, str, str]] = {}
+        self._values: dict[str, set[str]] = {key: set() for key in LABEL_KEYS}
+
+    def _bounded(self, key: str, value: str) -> str:
+        seen = self._values[key]
+        if value and value not in seen:
+            if len(seen) >= self._value_cap:
+                return OTHER
+            seen.add(value)
+        return value
+
+    def register(self, tool: str, labels: Mapping[str, str]) -> None:
+        """Declare a tool's labels (from its registration); the first declaration wins."""
+        with self._lock:
+            if tool in self._tools or len(self._tools) >= self._tool_cap:
+                return
+            model, provider = (self._bounded(key, labels.get(key, "")) for key in LABEL_KEYS)
+            self._tools[tool] = (tool, model, provider)
+
+    def register_specs(self, specs: Iterable[ToolSpec]) -> None:
+        for spec in specs:
+            self.register(spec.name, dict(spec.labels))
+
+    def __call__(self, tool: str | None) -> tuple[str, str, str]:
+        if tool is None:
+            return ("", "", "")
+        found = self._tools.get(tool)
+        if found is not None:
+            return found
+        with self._lock:
+            if tool not in self._tools and len(self._tools) < self._tool_cap:
+                self._tools[tool] = (tool, "", "")
+            return self._tools.get(tool, (OTHER, "", ""))
+
+
+class Metrics:
+    """Counters and histograms fed by events; call it as a handler, render with `text()`."""
+
+    def __init__(self, labels: ToolLabels | None = None) -> None:
+        self.labels = labels or ToolLabels()
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.events = Counter(
+            "tenure_events", "Telemetry events this process emitted, by kind", ["kind"], registry=r
+        )
+        self.claimed = Counter(
+            "tenure_jobs_claimed", "Jobs this process claimed", TOOL_LABELS, registry=r
+        )
+        self.reclaimed = Counter(
+            "tenure_jobs_reclaimed",
+            "Claims that took a job over from an expired lease",
+            TOOL_LABELS,
+            registry=r,
+        )
+        self.expired = Counter(
+            "tenure_leases_expired",
+            "Expired leases this process found when reclaiming (the rescuer's are in the "
+            "dashboard's tenure_journal_events_total)",
+            TOOL_LABELS,
+            registry=r,
+        )
+        self.heartbeat_failures = Counter(
+            "tenure_heartbeat_failures",
+            "Leases this process could not extend, by reason (once per job and transition)",
+            [*TOOL_LABELS, "reason"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "tenure_results_rejected",
+            "Fenced commits that matched zero rows (results never published)",
+            TOOL_LABELS,
+            registry=r,
+        )
+        self.requests = Counter(
+            "tenure_tool_requests",
+            "Fenced side-effect requests sent by tools (FencedAuth)",
+            TOOL_LABELS,
+            registry=r,
+        )
+        self.tool_duration = Histogram(
+            "tenure_tool_duration_seconds",
+            "How long tool calls ran, by outcome (abandoned: stopped without a commit)",
+            [*TOOL_LABELS, "outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.heartbeat_age = Histogram(
+            "tenure_heartbeat_age_seconds",
+            "Time since the previous confirmed heartbeat, observed at each extension",
+            TOOL_LABELS,
+            buckets=LEASE_BUCKETS,
+            registry=r,
+        )
+        self.lease_remaining = Histogram(
+            "tenure_lease_remaining_seconds",
+            "Confirmed lease left when a heartbeat was sent (how close it came to expiry)",
+            TOOL_LABELS,
+            buckets=LEASE_BUCKETS,
+            registry=r,
+        )
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._by_kind: dict[str, Callable[[Event, tuple[str, str, str]], None]] = {
+            "job_claimed": self._claimed,
+            "lease_expired": lambda e, t: self._child(self.expired, *t).inc(),
+            "heartbeat_ok": self._heartbeat,
+            "heartbeat_withheld": lambda e, t: self._failure(t, "executor_unobservable"),
+            "heartbeat_lost": lambda e, t: self._failure(t, str(e.fields.get("reason"))),
+            "ownership_unknown": lambda e, t: self._failure(t, "db_error"),
+            "result_rejected": lambda e, t: self._child(self.rejected, *t).inc(),
+            "tool_request_started": lambda e, t: self._child(self.requests, *t).inc(),
+            "call_finished": lambda e, t: self._duration(e, t, str(e.fields.get("outcome"))),
+            "call_abandoned": lambda e, t: self._duration(e, t, "abandoned"),
+        }
+
+    def _child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, cached: prometheus-client's lookup is slow for a
+        handler that sees every heartbeat of every held lease (label caps bound the cache)."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
+
+    def __call__(self, event: Event) -> None:
+        self._child(self.events, event.kind if event.kind in EVENTS else OTHER).inc()
+        handle = self._by_kind.get(event.kind)
+        if handle is not None:
+            handle(event, self.labels(event.tool))
+
+    def _claimed(self, event: Event, tool: tuple[str, str, str]) -> None:
+        self._child(self.claimed, *tool).inc()
+        if "previous_token" in event.fields:
+            self._child(self.reclaimed, *tool).inc()
+
+    def _heartbeat(self, event: Event, tool: tuple[str, str, str]) -> None:
+        age = event.fields.get("heartbeat_age")
+        left = event.fields.get("lease_left")
+        if isinstance(age, int | float):
+            self._child(self.heartbeat_age, *tool).observe(age)
+        if isinstance(left, int | float):
+            self._child(self.lease_remaining, *tool).observe(left)
+
+    def _failure(self, tool: tuple[str, str, str], reason: str) -> None:
+        self._child(
+            self.heartbeat_failures, *tool, reason if reason in LOSS_REASONS else OTHER
+        ).inc()
+
+    def _duration(self, event: Event, tool: tuple[str, str, str], outcome: str) -> None:
+        seconds = event.fields.get("duration")
+        if isinstance(seconds, int | float):
+            self._child(self.tool_duration, *tool, outcome).observe(seconds)
+
+
+_process_metrics: Metrics | None = None
+_process_lock = threading.Lock()
+
+
+def process_metrics() -> Metrics:
+    """This process's Metrics, created and attached to the event stream on first use."""
+    global _process_metrics
+    with _process_lock:
+        if _process_metrics is None:
+            from .._log import attach
+
+            _process_metrics = Metrics()
+            attach(_process_metrics)
+        return _process_metrics
+
+
+class DatabaseGauges(Collector):
+    """Gauges read from the database on scrape; ``refresh`` first, then ``collect``.
+
+    Every statement is bounded (queued rows read at most ``cap``, held leases at most
+    ``cap``, journal rows counted at most ``cap`` per scrape), and a failed refresh
+    reports ``tenure_database_up 0`` instead of stale numbers.
+    """
+
+    def __init__(
+        self, labels: ToolLabels, *, journal_counts: bool = False, cap: int = QUEUE_CAP
+    ) -> None:
+        self._labels = labels
+        self._journal_counts = journal_counts
+        self._cap = cap
+        self._lock = threading.Lock()
+        self._queue: list[dict[str, Any]] = []
+        self._running: list[dict[str, Any]] = []
+        self._journal: dict[tuple[str, str], int] = {}
+        self._after: int | None = None
+        self._up = False
+        self._seconds = 0.0
+
+    async def refresh(self, store: Store) -> None:
+        started = time.monotonic()
+        try:
+            queue = await store.queue_depth(self._cap)
+            running = await store.running_summary(self._cap)
+            fresh: list[dict[str, Any]] = []
+            if self._journal_counts:
+                if self._after is None:
+                    self._after = await store.journal_head()
+                else:
+                    fresh = await store.journal_counts_since(self._after, self._cap)
+        except psycopg.Error:
+            with self._lock:
+                self._up, self._queue, self._running = False, [], []
+                self._seconds = time.monotonic() - started
+            return
+        with self._lock:
+            self._up, self._queue, self._running = True, queue, running
+            for row in fresh:
+                key = (str(row["kind"]), str(row["tool"] or ""))
+                self._journal[key] = self._journal.get(key, 0) + int(row["n"])
+                self._after = max(self._after or 0, int(row["last_id"]))
+            self._seconds = time.monotonic() - started
+
+    def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            queue, running, journal = list(self._queue), list(self._running), dict(self._journal)
+            up, seconds = self._up, self._seconds
+        yield GaugeMetricFamily(
+            "tenure_database_up", "1 if the last scrape could read the database", value=int(up)
+        )
+        yield GaugeMetricFamily(
+            "tenure_database_scrape_seconds", "Time the database gauges took", value=seconds
+        )
+        depth = GaugeMetricFamily("tenure_queue_depth", "Queued jobs", labels=TOOL_LABELS)
+        oldest = GaugeMetricFamily(
+            "tenure_queue_oldest_age_seconds",
+            "Age of the oldest queued job that is due",
+            labels=TOOL_LABELS,
+        )
+        capped = any(bool(row["capped"]) for row in queue)
+        for row in queue:
+            tool = self._labels(str(row["tool"]))
+            depth.add_metric(tool, float(row["depth"]))
+            if row["oldest_age"] is not None:
+                oldest.add_metric(tool, max(0.0, float(row["oldest_age"])))
+        yield depth
+        yield oldest
+        yield GaugeMetricFamily(
+            "tenure_queue_depth_capped",
+            f"1 if {self._cap}+ jobs are queued (tenure_queue_depth is then a lower bound)",
+            value=int(capped),
+        )
+        yield from self._held(running)
+        if self._journal_counts:
+            counter = CounterMetricFamily(
+                "tenure_journal_events",
+                "Journal rows written since this exporter started, by kind",
+                labels=["kind", *TOOL_LABELS],
+            )
+            for (kind, name), n in sorted(journal.items()):
+                counter.add_metric([kind, *self._labels(name or None)], n)
+            yield counter
+
+    def _held(self, running: list[dict[str, Any]]) -> Iterable[Metric]:
+        count = GaugeMetricFamily("tenure_running_jobs", "Held leases", labels=TOOL_LABELS)
+        least = GaugeMetricFamily(
+            "tenure_running_lease_remaining_min_seconds",
+            "The least lease left among held leases (negative: expired, awaiting reclaim)",
+            labels=TOOL_LABELS,
+        )
+        oldest = GaugeMetricFamily(
+            "tenure_running_heartbeat_age_max_seconds",
+            "The oldest last heartbeat among held leases",
+            labels=TOOL_LABELS,
+        )
+        for row in running:
+            tool = self._labels(str(row["tool"]))
+            count.add_metric(tool, float(row["running"]))
+            least.add_metric(tool, float(row["lease_remaining_min"]))
+            oldest.add_metric(tool, float(row["heartbeat_age_max"]))
+        yield count
+        yield least
+        yield oldest
+
+
+def render(registries: Iterable[CollectorRegistry]) -> bytes:
+    """Prometheus text exposition of several registries (their metric names never overlap)."""
+    return b"".join(generate_latest(r) for r in registries)

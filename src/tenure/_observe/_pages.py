@@ -1,0 +1,300 @@
+"""HTML for the dashboard: server-rendered fragments, every value escaped.
+
+The same functions render the first page and the fragments the page's script
+fetches every second, so there is one renderer, not a second one in
+JavaScript. Nothing here ever sees a payload, a result or an error message:
+the statements behind it select ids, tokens, codes and times only.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+CHART_TOOLS = 6
+CHART_WIDTH = 300
+CHART_HEIGHT = 64
+
+
+def h(value: object) -> str:
+    """Escape for HTML text and attribute values (quotes included)."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 120:
+        return f"{value / 60:.1f} min"
+    return f"{value:.1f} s"
+
+
+def clock(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.strftime("%H:%M:%S.%f")[:-3]
+
+
+def _since(later: datetime, earlier: datetime | None) -> float | None:
+    return None if earlier is None else (later - earlier).total_seconds()
+
+
+def page(title: str, body: str, *, poll: str, interval: float, csrf: str | None) -> str:
+    """A whole page; the script polls ``poll`` (a JSON endpoint) every ``interval`` seconds."""
+    logout = (
+        f'<form method="post" action="/logout" class="logout">'
+        f'<input type="hidden" name="csrf" value="{h(csrf)}"><button>log out</button></form>'
+        if csrf
+        else ""
+    )
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{h(title)} · tenure</title>
+<link rel="stylesheet" href="/static/dashboard.css">
+<script src="/static/dashboard.js" defer></script>
+</head>
+<body data-poll="{h(poll)}" data-interval="{interval:g}">
+<header><a href="/" class="brand">tenure</a><span class="title">{h(title)}</span>
+<span class="status" id="status">live</span>{logout}</header>
+<main>{body}</main>
+</body>
+</html>
+"""
+
+
+def lease_bar(row: Mapping[str, Any], now: datetime) -> str:
+    """A bar for the lease left; the script shrinks it between polls from the data attributes."""
+    remaining = _since(row["lease_until"], now) if row["lease_until"] else None
+    granted = _since(row["lease_until"], row["heartbeat_at"]) if row["heartbeat_at"] else None
+    if remaining is None or not granted:
+        return "-"
+    width = max(0.0, min(1.0, remaining / granted)) * 100
+    return (
+        f'<span class="lease" data-remaining="{remaining:.3f}" data-granted="{granted:.3f}">'
+        f'<svg class="bar" viewBox="0 0 100 8" preserveAspectRatio="none" aria-hidden="true">'
+        f'<rect class="bar-bg" width="100" height="8"></rect>'
+        f'<rect class="bar-fill" width="{width:.2f}" height="8"></rect></svg>'
+        f'<span class="lease-left">{seconds(remaining)}</span></span>'
+    )
+
+
+def _age(moment: datetime | None, now: datetime) -> str:
+    age = _since(now, moment)
+    if age is None:
+        return "-"
+    return f'<span class="age" data-age="{age:.3f}">{seconds(age)}</span>'
+
+
+def running_table(rows: Sequence[Mapping[str, Any]], now: datetime) -> str:
+    if not rows:
+        return '<p class="empty">no leases held</p>'
+    body = "".join(
+        f'<tr data-job="{r["id"]}">'
+        f'<td><a href="/jobs/{r["id"]}">{r["id"]}</a></td><td>{h(r["tool"])}</td>'
+        f'<td class="owner">{h(r["owner"])}</td><td class="token">{r["token"]}</td>'
+        f"<td>{r['attempt']}/{r['max_attempts']}</td>"
+        f"<td>{lease_bar(r, now)}</td><td>{_age(r['heartbeat_at'], now)}</td>"
+        f"<td>{_age(r['claimed_at'], now)}</td></tr>"
+        for r in rows
+    )
+    return (
+        '<table class="running"><thead><tr><th>job</th><th>tool</th><th>owner</th>'
+        "<th>token</th><th>attempt</th><th>lease left</th><th>heartbeat age</th>"
+        f"<th>held for</th></tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+def summarize(event: Mapping[str, Any]) -> str:
+    """The few detail fields worth a glance (shared with the CLI); the journal holds
+    nothing private to begin with."""
+    detail = dict(event.get("detail") or {})
+    parts = []
+    if event.get("code"):
+        parts.append(f"code {event['code']}")
+    for key in ("reclaimed_by", "reclaimed_from", "previous_token", "outcome", "operation"):
+        if detail.get(key) is not None:
+            parts.append(f"{key.replace('_', ' ')} {detail[key]}")
+    if event.get("duration_ms") is not None:
+        parts.append(seconds(event["duration_ms"] / 1000))
+    return ", ".join(parts)
+
+
+def events_table(rows: Iterable[Mapping[str, Any]], *, with_job: bool) -> str:
+    cells = []
+    for e in rows:
+        job = (
+            f'<td><a href="/jobs/{e["job_id"]}">{e["job_id"]}</a></td>'
+            if with_job and e.get("job_id") is not None
+            else ("<td>-</td>" if with_job else "")
+        )
+        cells.append(
+            f'<tr class="kind-{h(e["kind"])}" data-kind="{h(e["kind"])}"><td>{clock(e["at"])}</td>'
+            f'<td class="kind">{h(e["kind"])}</td>{job}<td class="token">{h(e["token"])}</td>'
+            f"<td>{h(e['attempt'])}</td><td>{h(e['worker'] or '-')}</td>"
+            f"<td>{h(summarize(e))}</td></tr>"
+        )
+    if not cells:
+        return '<p class="empty">nothing yet</p>'
+    job_head = "<th>job</th>" if with_job else ""
+    return (
+        f'<table class="events"><thead><tr><th>at (db)</th><th>event</th>{job_head}'
+        "<th>token</th><th>attempt</th><th>worker</th><th>detail</th></tr></thead>"
+        f"<tbody>{''.join(cells)}</tbody></table>"
+    )
+
+
+def charts(rows: Sequence[Mapping[str, Any]], window: float, bucket: float) -> str:
+    """Small multiples, one per tool: stacked bars of succeeded, retried and failed/lost."""
+    per_tool: dict[str, dict[datetime, Mapping[str, Any]]] = defaultdict(dict)
+    for row in rows:
+        per_tool[row["tool"] or "-"][row["bucket"]] = row
+    if not per_tool:
+        return f'<p class="empty">no outcomes in the last {seconds(window)}</p>'
+    totals = {
+        tool: sum(r["succeeded"] + r["failed"] + r["retried"] + r["lost"] for r in b.values())
+        for tool, b in per_tool.items()
+    }
+    shown = sorted(per_tool, key=lambda t: -totals[t])[:CHART_TOOLS]
+    latest = max(row["bucket"] for row in rows)  # one time axis for every chart
+    return "".join(_chart(tool, per_tool[tool], latest, window, bucket) for tool in shown)
+
+
+def _chart(
+    tool: str,
+    buckets: Mapping[datetime, Mapping[str, Any]],
+    latest: datetime,
+    window: float,
+    bucket: float,
+) -> str:
+    slots = max(1, round(window / bucket))
+    peak = max(r["succeeded"] + r["failed"] + r["retried"] + r["lost"] for r in buckets.values())
+    width = CHART_WIDTH / slots
+    bars = []
+    for moment, row in buckets.items():
+        slot = slots - 1 - round((latest - moment).total_seconds() / bucket)
+        if slot < 0:
+            continue
+        base = float(CHART_HEIGHT)
+        for series in ("succeeded", "retried", "failed", "lost"):
+            height = row[series] / peak * (CHART_HEIGHT - 4) if peak else 0
+            if height:
+                base -= height
+                bars.append(
+                    f'<rect class="{series}" x="{slot * width:.1f}" y="{base:.1f}" '
+                    f'width="{max(width - 1, 1):.1f}" height="{height:.1f}"></rect>'
+                )
+    done = sum(r["succeeded"] for r in buckets.values())
+    failed = sum(r["failed"] for r in buckets.values())
+    retried = sum(r["retried"] for r in buckets.values())
+    lost = sum(r["lost"] for r in buckets.values())
+    return (
+        f'<figure class="chart" data-tool="{h(tool)}"><figcaption><b>{h(tool)}</b> '
+        f"{done} succeeded · {retried} retried · {failed} failed · {lost} lost</figcaption>"
+        f'<svg viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" width="{CHART_WIDTH}" '
+        f'height="{CHART_HEIGHT}" role="img" aria-label="{h(tool)} outcomes">'
+        f"{''.join(bars)}</svg></figure>"
+    )
+
+
+def pipelines_table(runs: Sequence[Mapping[str, Any]] | None) -> str:
+    if runs is None:
+        return '<p class="empty">no pipelines</p>'
+    if not runs:
+        return '<p class="empty">no pipeline runs yet</p>'
+    rows = []
+    for run in runs:
+        stages = run["stages"] if isinstance(run["stages"], list) else json.loads(run["stages"])
+        chips = "".join(
+            f'<span class="stage stage-{h(s.get("state"))}">{h(s.get("stage"))}'
+            f"#{h(s.get('round'))} {h(s.get('state'))}"
+            + (f" → {h(s['decision'])}" if s.get("decision") else "")
+            + "</span>"
+            for s in stages
+        )
+        rows.append(
+            f"<tr><td>{run['run_id']}</td><td>{h(run['pipeline'])}</td>"
+            f"<td>{h(run['state'])}</td><td>{chips}</td><td>{clock(run['updated_at'])}</td></tr>"
+        )
+    return (
+        '<table class="pipelines"><thead><tr><th>run</th><th>pipeline</th><th>state</th>'
+        f"<th>stages</th><th>updated</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def overview(fragments: Mapping[str, str]) -> str:
+    return (
+        '<section><h2>Held leases</h2><div id="running">'
+        f"{fragments['running']}</div></section>"
+        '<section><h2>Ownership events</h2><p class="hint">expired leases, reclaims, lost '
+        "heartbeats, rejected results, stale fences, operator actions</p>"
+        f'<div id="events">{fragments["events"]}</div></section>'
+        f'<section><h2>Outcomes per tool</h2><div id="charts">{fragments["charts"]}</div>'
+        "</section>"
+        f'<section><h2>Pipelines</h2><div id="pipelines">{fragments["pipelines"]}</div></section>'
+    )
+
+
+def job_summary(job: Mapping[str, Any], *, csrf: str | None, can_act: bool) -> str:
+    now = job["db_now"]
+    fields = [
+        ("state", f'<span class="state state-{h(job["state"])}">{h(job["state"])}</span>'),
+        ("tool", h(job["tool"])),
+        ("owner", h(job["owner"] or "-")),
+        ("token", h(job["token"])),
+        ("attempt", f"{job['attempt']}/{job['max_attempts']}"),
+        ("lease left", lease_bar(job, now) if job["state"] == "running" else "-"),
+        ("heartbeat age", _age(job["heartbeat_at"], now) if job["state"] == "running" else "-"),
+        ("error code", h(job["code"] or "-")),
+        ("idempotency key", h(job["idempotency_key"])),
+        ("payload hmac", h(job["payload_hmac"] or "- (no journal key)")),
+        ("created", clock(job["created_at"])),
+        ("finished", clock(job["finished_at"])),
+    ]
+    rows = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in fields)
+    return f'<table class="job">{rows}</table>{_actions(job, csrf=csrf, can_act=can_act)}'
+
+
+def _actions(job: Mapping[str, Any], *, csrf: str | None, can_act: bool) -> str:
+    if not can_act:
+        return (
+            '<p class="hint actions-off">Cancel and retry need an access token: start the '
+            "dashboard with TENURE_DASHBOARD_TOKEN set.</p>"
+        )
+    buttons = []
+    if job["state"] in ("queued", "running"):
+        buttons.append(("cancel", "Cancel"))
+    if job["state"] in ("failed", "cancelled"):
+        buttons.append(("retry", "Retry"))
+    return "".join(
+        f'<form method="post" action="/jobs/{job["id"]}/{action}" class="action">'
+        f'<input type="hidden" name="csrf" value="{h(csrf)}">'
+        f'<button type="submit" id="{action}">{label}</button></form>'
+        for action, label in buttons
+    )
+
+
+def job_page(job_id: int, fragments: Mapping[str, str], notice: str | None) -> str:
+    flash = f'<p class="notice">{h(notice)}</p>' if notice else ""
+    return (
+        f"{flash}<section><h2>Job {job_id}</h2>"
+        f'<div id="summary">{fragments["summary"]}</div></section>'
+        '<section><h2>Timeline</h2><p class="hint">who held it, under which token, when '
+        "each lease was confirmed or lost, which requests were sent (database clock)</p>"
+        f'<div id="timeline">{fragments["timeline"]}</div></section>'
+    )
+
+
+def login_page(next_url: str, failed: bool) -> str:
+    error = '<p class="error">That is not the access token.</p>' if failed else ""
+    return (
+        f'<section class="login"><h2>Access token</h2>{error}'
+        '<form method="post" action="/login">'
+        f'<input type="hidden" name="next" value="{h(next_url)}">'
+        '<input type="password" name="token" id="token" autocomplete="current-password" '
+        'autofocus required><button type="submit" id="login">Sign in</button></form></section>'
+    )

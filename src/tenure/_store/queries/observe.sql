@@ -1,0 +1,191 @@
+-- Statements of the journal writer, the pruner, metrics, the dashboard, `tenure events`,
+-- `tenure jobs show` and `tenure doctor`. None of them reads payload, result or error
+-- messages: columns are always named, never `*` on tenure_jobs.
+
+-- name: record_events
+-- Events a worker (or a receiver) saw and the journal writer sends in batches. `delay_ms` is
+-- how long an event waited in the writer's buffer (the database may have been unreachable:
+-- that is what ownership_unknown means), so `at` is back-dated on the database's clock.
+-- The keyed payload hash is copied from the job, never computed from anything sent here.
+INSERT INTO tenure_events (at, kind, job_id, token, attempt, worker, tool, code, duration_ms,
+                           detail, payload_hmac)
+SELECT clock_timestamp() - e.delay_ms * interval '1 millisecond',
+       e.kind, e.job_id, e.token, e.attempt, e.worker, e.tool, e.code, e.duration_ms, e.detail,
+       (SELECT j.payload_hmac FROM tenure_jobs j WHERE j.id = e.job_id)
+FROM unnest(%(kinds)s::text[], %(job_ids)s::bigint[], %(tokens)s::bigint[],
+            %(attempts)s::integer[], %(workers)s::text[], %(tools)s::text[], %(codes)s::text[],
+            %(durations_ms)s::bigint[], %(details)s::jsonb[], %(delays_ms)s::bigint[])
+    WITH ORDINALITY AS e(kind, job_id, token, attempt, worker, tool, code, duration_ms, detail,
+                         delay_ms, n)
+ORDER BY e.n
+
+-- name: prune_events
+-- One bounded batch of journal rows older than the retention period, oldest first through
+-- tenure_events_at (`(SELECT clock_timestamp())` is evaluated once, so it can bound the scan).
+-- SKIP LOCKED: two pruners (one per worker) split the work instead of queueing on each other.
+WITH old AS (
+    SELECT id FROM tenure_events
+    WHERE at < (SELECT clock_timestamp()) - %(older_than_ms)s * interval '1 millisecond'
+    ORDER BY at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    -- `= ANY(ARRAY(...))` deletes by primary key; a join to the CTE was planned as a
+    -- sequential scan of the whole journal.
+    DELETE FROM tenure_events e WHERE e.id = ANY(ARRAY(SELECT id FROM old)) RETURNING e.id
+)
+SELECT count(*) AS n FROM deleted
+
+-- name: count_old_events
+-- How many rows a prune would remove (capped), for the progress bar of `tenure prune`.
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM tenure_events
+    WHERE at < (SELECT clock_timestamp()) - %(older_than_ms)s * interval '1 millisecond'
+    LIMIT %(cap)s
+) AS old
+
+-- name: find_events
+-- `tenure events`: newest first, every filter optional. `reclaims` adds the job_claimed rows
+-- that took a job over from an expired lease (job_reclaimed is derived, not journaled twice).
+SELECT id, at, kind, job_id, token, attempt, worker, tool, code, duration_ms, payload_hmac,
+       detail
+FROM tenure_events
+WHERE ((%(kinds)s::text[] IS NULL AND NOT %(reclaims)s)
+       OR kind = ANY(coalesce(%(kinds)s::text[], '{}'))
+       OR (%(reclaims)s AND kind = 'job_claimed' AND detail ? 'previous_token'))
+  AND (%(job_id)s::bigint IS NULL OR job_id = %(job_id)s::bigint)
+  AND (%(tool)s::text IS NULL OR tool = %(tool)s::text)
+  AND (%(worker)s::text IS NULL OR worker = %(worker)s::text)
+  AND (%(since_ms)s::bigint IS NULL
+       OR at >= (SELECT clock_timestamp()) - %(since_ms)s::bigint * interval '1 millisecond')
+  AND (%(since_at)s::timestamptz IS NULL OR at >= %(since_at)s::timestamptz)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: notable_events
+-- The dashboard's ownership feed. The predicate repeats tenure_events_notable's (migration
+-- 0002) so that the planner can prove the partial index applies.
+SELECT id, at, kind, job_id, token, attempt, worker, tool, code, duration_ms, detail
+FROM tenure_events
+WHERE kind IN ('lease_expired', 'heartbeat_lost', 'result_rejected', 'ownership_unknown',
+               'stale_fence_rejected', 'cancelled', 'retry_requested')
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: job_timeline
+SELECT id, at, kind, token, attempt, worker, tool, code, duration_ms, payload_hmac, detail
+FROM tenure_events
+WHERE job_id = %(job_id)s
+ORDER BY id
+LIMIT %(limit)s
+
+-- name: job_detail
+-- Everything about a job an operator may see; the error's code, never its message.
+SELECT id, tool, state, idempotency_key, attempt, max_attempts, token, owner, lease_until,
+       heartbeat_at, claimed_at, run_after, priority, created_at, updated_at, finished_at,
+       error ->> 'code' AS code, payload_hmac, clock_timestamp() AS db_now
+FROM tenure_jobs
+WHERE id = %(id)s
+
+-- name: running_leases
+-- Held leases, closest to expiry first (an expired one still 'running' awaits its reclaim).
+-- lease_until is NULL outside 'running', so the range scan of tenure_jobs_lease_until reads
+-- held leases only, however many finished rows the table keeps.
+SELECT id, tool, attempt, max_attempts, token, owner, claimed_at, heartbeat_at, lease_until,
+       clock_timestamp() AS db_now
+FROM tenure_jobs
+WHERE lease_until > '-infinity' AND state = 'running'
+ORDER BY lease_until
+LIMIT %(limit)s
+
+-- name: running_summary
+-- Per tool: held leases, the least lease left and the oldest heartbeat (scrape-time gauges).
+SELECT tool, count(*) AS running,
+       extract(epoch FROM min(lease_until) - clock_timestamp())::float8 AS lease_remaining_min,
+       extract(epoch FROM clock_timestamp() - min(heartbeat_at))::float8 AS heartbeat_age_max
+FROM (
+    SELECT tool, lease_until, heartbeat_at FROM tenure_jobs
+    WHERE lease_until > '-infinity' AND state = 'running'
+    LIMIT %(cap)s
+) AS held
+GROUP BY tool
+
+-- name: queue_depth
+-- Per tool: queued jobs and the age of the oldest one that is due. Bounded: at most `cap`
+-- queued rows are read (through the claim's partial index, tenure_jobs_queued), so the count
+-- saturates at the cap, and says so, instead of scanning a million-row backlog every scrape.
+SELECT tool, count(*) AS depth,
+       extract(epoch FROM clock_timestamp()
+                          - min(run_after) FILTER (WHERE run_after <= clock_timestamp())
+              )::float8 AS oldest_age,
+       sum(count(*)) OVER () >= %(cap)s AS capped
+FROM (SELECT tool, run_after FROM tenure_jobs WHERE state = 'queued' LIMIT %(cap)s) AS queued
+GROUP BY tool
+
+-- name: throughput
+-- Outcomes per tool per time bucket over a recent window, for the dashboard's charts. At most
+-- `cap` journal rows are read (newest first through tenure_events_at).
+SELECT tool,
+       date_bin(%(bucket_ms)s * interval '1 millisecond', at, timestamptz '2000-01-01') AS bucket,
+       count(*) FILTER (WHERE kind = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE kind = 'failed') AS failed,
+       count(*) FILTER (WHERE kind = 'retried') AS retried,
+       count(*) FILTER (WHERE kind IN ('lease_expired', 'result_rejected')) AS lost
+FROM (
+    SELECT tool, kind, at FROM tenure_events
+    WHERE at >= (SELECT clock_timestamp()) - %(window_ms)s * interval '1 millisecond'
+      AND kind IN ('succeeded', 'failed', 'retried', 'lease_expired', 'result_rejected')
+    ORDER BY at DESC
+    LIMIT %(cap)s
+) AS recent
+GROUP BY tool, bucket
+ORDER BY bucket
+
+-- name: journal_head
+SELECT coalesce(max(id), 0) AS id, clock_timestamp() AS db_now FROM tenure_events
+
+-- name: journal_counts_since
+-- Journal rows after `after_id`, counted by kind and tool: metrics count the journal
+-- incrementally (at most `cap` rows per scrape) instead of re-counting it.
+SELECT kind, tool, count(*) AS n, max(id) AS last_id
+FROM (
+    SELECT id, kind, tool FROM tenure_events WHERE id > %(after_id)s ORDER BY id LIMIT %(cap)s
+) AS fresh
+GROUP BY kind, tool
+
+-- name: pipelines_exist
+SELECT to_regclass('tenure_runs') IS NOT NULL
+       AND to_regclass('tenure_run_stages') IS NOT NULL AS present
+
+-- name: pipeline_runs
+-- Recent pipeline runs with their stages in order (names, rounds, states, jobs and verdicts;
+-- never the run's input, context or result). Runs only once pipelines_exist said so.
+SELECT r.id AS run_id, r.pipeline, r.state, r.updated_at,
+       coalesce(jsonb_agg(jsonb_build_object('stage', s.name, 'round', s.round,
+                                             'state', s.state, 'job_id', s.job_id,
+                                             'decision', s.decision) ORDER BY s.id)
+                    FILTER (WHERE s.id IS NOT NULL), '[]'::jsonb) AS stages
+FROM (SELECT id, pipeline, state, updated_at FROM tenure_runs ORDER BY id DESC LIMIT %(limit)s) r
+LEFT JOIN tenure_run_stages s ON s.run_id = r.id AND s.kind = 'stage'
+GROUP BY r.id, r.pipeline, r.state, r.updated_at
+ORDER BY r.id DESC
+
+-- name: server_info
+SELECT current_setting('server_version') AS version,
+       current_setting('server_version_num')::integer AS version_num,
+       current_database() AS database, clock_timestamp() AS db_now
+
+-- name: migrations_table_exists
+SELECT to_regclass('tenure_migrations') IS NOT NULL AS present
+
+-- name: applied_migrations
+SELECT version, name, applied_at FROM tenure_migrations ORDER BY version
+
+-- name: table_indexes
+-- Indexes of tenure's tables as the search path resolves them, with their row estimates.
+SELECT t.relname AS table_name, i.relname AS index_name, t.reltuples::float8 AS table_rows
+FROM pg_index x
+JOIN pg_class i ON i.oid = x.indexrelid
+JOIN pg_class t ON t.oid = x.indrelid
+WHERE x.indrelid = ANY(ARRAY[to_regclass('tenure_jobs'), to_regclass('tenure_events')]::oid[])
+ORDER BY t.relname, i.relname
