@@ -463,6 +463,12 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--port", type=int, default=8321, help="0 picks a free port")
     dashboard.add_argument("--poll-interval", type=float, default=1.0)
 
+    from ._chaos import add_chaos_arguments
+
+    add_chaos_arguments(
+        commands.add_parser("chaos", help="run the unpleasant test against your tool and receiver")
+    )
+
     demo = commands.add_parser("demo", help="run the fault-injection demo on the embedded server")
     demo.add_argument("--jobs", type=int, default=24)
     demo.add_argument("--workers", type=int, default=3)
@@ -479,6 +485,10 @@ def _parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     if args.dsn:
         os.environ["TENURE_DSN"] = args.dsn
+    if args.command == "chaos":
+        from ._chaos import chaos_command
+
+        return chaos_command(args)
     if args.command == "demo":
         from ._demo import run_demo, run_pipeline_demo
 

@@ -2,14 +2,12 @@
 
 The proxy in ``blackhole`` reads and discards bytes (a middlebox that lost its
 state): a statement in flight then never gets an answer, even after the link
-heals. The heartbeat thread guards its statements with a local deadline (a
-watchdog shuts the socket). The completer does not: it flushes one batch at a
-time, and a batch whose answer was swallowed holds every later commit back
-until ``COMMIT_TIMEOUT`` (10 s) — while the heartbeat thread keeps extending the
-leases of calls that have long finished and only wait for their commit.
-
-Found by the network storm (a worker resumed 13.7 s after a 3.6 s blackhole).
-Safety holds throughout (the fenced commit); this is liveness.
+heals. Every statement of the worker therefore runs under a local deadline that
+shuts the socket (heartbeat, claim, commit): before that, a batch of commits
+whose answer was swallowed held every later commit back for 10 s, while the
+heartbeat thread kept extending the leases of calls that only waited for their
+commit. Found by the network storm (a worker resumed 13.7 s after a 3.6 s
+blackhole). Safety holds throughout (the fenced commit); this is liveness.
 """
 
 from __future__ import annotations
@@ -40,12 +38,6 @@ def succeed(app: App, job_id: int, timeout: float) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a commit whose answer a partition swallowed blocks every later commit of the "
-    "worker for COMMIT_TIMEOUT (10 s) after the heal; the completer has no per-statement "
-    "deadline below the lease",
-)
 def test_a_call_finished_after_the_heal_is_committed_within_the_recovery_bound(
     tenure_dsn: str, storm_dir: Path
 ) -> None:

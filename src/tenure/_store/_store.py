@@ -39,7 +39,11 @@ MIGRATION_LOCK = 0x7E2E_0001
 ADMIT_IDLE_TIMEOUT_MS = 5000
 # A claim takes milliseconds; one without an answer after this long was swallowed by
 # the network. Rows it may have claimed expire with their lease and are reclaimed.
-CLAIM_TIMEOUT = 5.0
+CLAIM_TIMEOUT = 2.0
+# Likewise for a batch of fenced commits: every later commit of the worker waits
+# behind it, so a swallowed answer must not hold them for long. (The outcome of
+# such a commit is uncertain; the completer checks the row before calling it lost.)
+FINISH_TIMEOUT = 2.0
 
 # libpq settings for every tenure connection: fail fast on connect, notice a dead
 # peer through TCP keepalives, and abort writes the network swallows.
@@ -509,6 +513,7 @@ class Store:
                 "delays_ms": [o.delay_ms for o in outcomes],
                 "attempt_refunds": [1 if o.refund_attempt else 0 for o in outcomes],
             },
+            FINISH_TIMEOUT,
         )
         return {row["id"]: row["accepted"] for row in rows}
 
