@@ -120,3 +120,15 @@ async def test_cancel_makes_the_owner_lose_its_lease(store: Store, tenure_dsn: s
     assert verdict == {job.id: False}
     retried = await store.retry(job.id)
     assert retried is not None and retried.state == "queued"
+
+
+async def test_a_retry_after_the_last_attempt_becomes_a_failure(store: Store) -> None:
+    await store.enqueue(new_job("once", attempts=1))
+    [job] = await store.claim("owner", {"t": 5_000}, 1)
+    verdict = await store.finish_many(
+        "owner", [Finish(job.id, job.token, "queued", error={"code": "retryable"})]
+    )
+    assert verdict == {job.id: True}
+    row = await store.get_job(job.id)
+    assert (row.state, row.attempt, row.max_attempts) == ("failed", 1, 1)
+    assert await store.claim("owner", {"t": 5_000}, 1) == []

@@ -129,6 +129,15 @@ WITH outcome AS (
                          %(results)s::jsonb[], %(errors)s::jsonb[], %(delays_ms)s::integer[],
                          %(attempt_refunds)s::integer[])
         AS o(id, token, state, result, error, delay_ms, attempt_refund)
+), decided AS (
+    -- A retry asked for after the last allowed attempt is a failure: the attempt
+    -- count never passes max_attempts, whatever the caller sends. (attempt cannot
+    -- change under us: only a claim changes it, and a claim changes the token too.)
+    SELECT o.id, o.token, o.result, o.error, o.delay_ms, o.attempt_refund,
+           CASE WHEN o.state = 'queued' AND o.attempt_refund = 0
+                     AND j.attempt >= j.max_attempts
+                THEN 'failed' ELSE o.state END AS state
+    FROM outcome o JOIN tenure_jobs j ON j.id = o.id
 ), finished AS (
     UPDATE tenure_jobs j
     SET state = o.state,
@@ -141,7 +150,7 @@ WITH outcome AS (
                          ELSE j.run_after END,
         finished_at = CASE WHEN o.state = 'queued' THEN NULL ELSE clock_timestamp() END,
         updated_at = clock_timestamp()
-    FROM outcome o
+    FROM decided o
     WHERE j.id = o.id
       AND j.token = o.token
       AND j.owner = %(owner)s
