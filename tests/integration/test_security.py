@@ -117,7 +117,8 @@ async def test_fuzzed_payloads_round_trip_or_are_refused(tenure_dsn: str) -> Non
 
 
 def test_tool_code_never_sees_database_credentials(tenure_dsn: str, tmp_path: Path) -> None:
-    env = {**os.environ, "TENURE_DSN": tenure_dsn, "PGPASSWORD": "not-for-tools"}
+    env = {k: v for k, v in os.environ.items() if k != "TENURE_TEST_DSN"}  # the suite's own
+    env.update(TENURE_DSN=tenure_dsn, PGPASSWORD="not-for-tools")
     with (tmp_path / "w.log").open("w") as log:
         worker = subprocess.Popen(
             [

@@ -29,6 +29,7 @@ from typing import IO, Any
 import psycopg
 from psycopg.rows import dict_row
 
+from .._store._store import QUERIES
 from ._history import read_jsonl
 from ._proxy import ChaosProxy
 
@@ -344,33 +345,24 @@ def _connect(dsn: str) -> psycopg.Connection[dict[str, Any]]:
 def read_tenure(dsn: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(jobs, journal) from tenure's tables; journal times as Unix seconds."""
     with _connect(dsn) as conn:
-        jobs = conn.execute(
-            "SELECT id, idempotency_key, tool, state, owner, token, attempt, max_attempts,"
-            " result, error FROM tenure_jobs ORDER BY id"
-        ).fetchall()
-        journal = conn.execute(
-            "SELECT id, kind, job_id, token, attempt, worker, detail, code, duration_ms,"
-            " extract(epoch FROM at)::float8 AS at FROM tenure_events ORDER BY id"
-        ).fetchall()
+        jobs = conn.execute(QUERIES["chaos_jobs"]).fetchall()
+        journal = conn.execute(QUERIES["chaos_journal"]).fetchall()
     return jobs, journal
 
 
 def read_effects(dsn: str, table: str = "example_cases") -> list[dict[str, Any]]:
     """The receiver's applied effects (id, key, scope, token), in insertion order."""
-    if table not in ("example_cases", "example_payments"):
+    queries = {"example_cases": "chaos_case_effects", "example_payments": "chaos_payment_effects"}
+    if table not in queries:
         raise ValueError(f"unknown effects table {table!r}")
     with _connect(dsn) as conn:
-        query = f"SELECT id, idempotency_key, scope, token FROM {table} ORDER BY id"  # noqa: S608
-        return conn.execute(query).fetchall()
+        return conn.execute(QUERIES[queries[table]]).fetchall()
 
 
 def terminal_count(dsn: str) -> tuple[int, int]:
     """(jobs, terminal jobs) right now."""
     with _connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) AS n, count(*) FILTER (WHERE state IN"
-            " ('succeeded', 'failed', 'cancelled')) AS done FROM tenure_jobs"
-        ).fetchone()
+        row = conn.execute(QUERIES["chaos_terminal_count"]).fetchone()
     assert row is not None
     return int(row["n"]), int(row["done"])
 

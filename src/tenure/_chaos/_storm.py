@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import psycopg
 
+from .._store._store import QUERIES
 from ._checker import Evidence, Fault, Report, check
 from ._harness import (
     ReceiverProcess,
@@ -500,20 +501,13 @@ def run_storm(
 
 def _unfinished(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM tenure_jobs WHERE state NOT IN"
-            " ('succeeded', 'failed', 'cancelled')"
-        ).fetchone()
-    return int(row[0]) if row else 0
+        row = conn.execute(QUERIES["chaos_terminal_count"]).fetchone()
+    return int(row[0]) - int(row[1]) if row else 0
 
 
 def _all_terminal(dsn: str, keys: set[str]) -> bool:
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM tenure_jobs WHERE idempotency_key = ANY(%s)"
-            " AND state IN ('succeeded', 'failed', 'cancelled')",
-            (list(keys),),
-        ).fetchone()
+        row = conn.execute(QUERIES["chaos_keys_terminal"], {"keys": list(keys)}).fetchone()
     return row is not None and int(row[0]) >= len(keys)
 
 

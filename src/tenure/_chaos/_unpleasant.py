@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg.rows import dict_row
 
+from .._store._store import QUERIES
 from ._harness import Supervisor, wait_for
 from ._history import read_history
 from ._proxy import ChaosProxy
@@ -196,9 +197,7 @@ def resend(raw: bytes, host: str, port: int, timeout: float = 30.0) -> HttpExcha
 
 def _job(dsn: str, job_id: int) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=10) as c:
-        row = c.execute(
-            "SELECT id, state, owner, token FROM tenure_jobs WHERE id = %s", (job_id,)
-        ).fetchone()
+        row = c.execute(QUERIES["chaos_job"], {"id": job_id}).fetchone()
     assert row is not None, f"job {job_id} vanished"
     return row
 
@@ -206,9 +205,7 @@ def _job(dsn: str, job_id: int) -> dict[str, Any]:
 def _outcomes_by(dsn: str, job_id: int, worker: str) -> int:
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as c:
         row = c.execute(
-            "SELECT count(*) FROM tenure_events WHERE job_id = %s AND worker = %s"
-            " AND kind IN ('succeeded', 'failed', 'retried', 'released')",
-            (job_id, worker),
+            QUERIES["chaos_outcomes_by"], {"job_id": job_id, "worker": worker}
         ).fetchone()
     return int(row[0]) if row else 0
 
