@@ -16,6 +16,7 @@ import pytest
 from tests.e2e.helpers import pg_proxy, wait_job
 from tests.observe.conftest import JOURNAL_KEY
 from tests.observe.helpers import Receiver, scrape, value, wait_done, wait_events
+from tests.observe.observe_app import LEASE
 from tests.support.proxy import rewrite_dsn
 from tests.support.waiting import wait_until
 from tests.support.workers import Journal, WorkerGroup
@@ -78,13 +79,15 @@ def test_sigkill_journals_the_expired_lease_under_its_token_then_the_reclaim(
     assert heir.has_event("job_claimed", job=job.id, previous_token=first["token"])
 
 
-def test_sigstopped_owner_journals_its_rejected_commit_and_lost_heartbeat(
+def test_sigstopped_owner_journals_its_lost_lease_and_any_late_commit_is_rejected(
     workers: WorkerGroup, ops: App, journal: Journal
 ) -> None:
     stale = workers.spawn("stale")
     stale.wait_started()
-    # Finishes while the worker is stopped: on SIGCONT its result goes straight to the
-    # fenced commit, which a newer owner's token refuses.
+    # The call finishes while its worker is stopped. On SIGCONT the worker's deadline
+    # watcher and its event loop race: either the call is stopped (heartbeat_lost,
+    # deadline_passed) or its result reaches the fenced commit, which the newer owner's
+    # token refuses (result_rejected). Both must be journaled under the stale token.
     job = ops.enqueue_sync("slow", {"seconds": 0.5, "only_on": "stale"})
     first = running(journal, job.id, workers)
     stale.pause()
@@ -93,18 +96,38 @@ def test_sigstopped_owner_journals_its_rejected_commit_and_lost_heartbeat(
     assert (row["state"], row["owner"]) == ("succeeded", "fresh"), row
     stale.resume()
 
-    (rejected,) = wait_events(journal, job.id, "result_rejected")
-    assert who(rejected) == (first["token"], 1, "stale")
-    assert rejected["detail"] == {"outcome": "succeeded"}
-    assert rejected["payload_hmac"] == row["payload_hmac"] is not None
-    (lost,) = wait_events(journal, job.id, "heartbeat_lost")
-    assert who(lost) == (first["token"], 1, "stale")
-    assert lost["code"] in ("deadline_passed", "zero_rows") and lost["duration_ms"] > 1000
+    lost = wait_events(journal, job.id, "heartbeat_lost")
+    assert {who(e) for e in lost} == {(first["token"], 1, "stale")}
+    assert {e["code"] for e in lost} <= {"deadline_passed", "zero_rows", "executor_unobservable"}
+    assert all(e["duration_ms"] > 1000 for e in lost if e["code"] == "deadline_passed")
     (expired,) = journal.events(job.id, "lease_expired")
     assert who(expired) == (first["token"], 1, "stale")
+    for rejected in journal.events(job.id, "result_rejected"):
+        assert who(rejected) == (first["token"], 1, "stale")
+        assert rejected["detail"] == {"outcome": "succeeded"}
     succeeded = journal.events(job.id, "succeeded")
     assert [who(e) for e in succeeded] == [(row["token"], 2, "fresh")]
-    assert stale.has_event("result_rejected", job=job.id, token=first["token"])
+
+
+def test_a_late_commit_from_a_stalled_owner_is_journaled_as_rejected(
+    workers: WorkerGroup, ops: App, journal: Journal
+) -> None:
+    stalled = workers.spawn("stalled")
+    stalled.wait_started()
+    # Attempt 1 blocks its worker's event loop past the lease: the tool returns after the
+    # takeover, and nothing can stop its result before the fenced commit refuses it.
+    job = ops.enqueue_sync("block_loop", {"seconds": 2 * LEASE})
+    first = running(journal, job.id, workers)
+    workers.spawn("healthy")
+    row = wait_done(journal, job.id, workers)
+    assert (row["state"], row["owner"], row["attempt"]) == ("succeeded", "healthy", 2), row
+    (rejected,) = wait_events(journal, job.id, "result_rejected")
+    assert who(rejected) == (first["token"], 1, "stalled")
+    assert rejected["detail"] == {"outcome": "succeeded"}
+    assert rejected["payload_hmac"] == row["payload_hmac"] is not None
+    withheld = journal.events(job.id, "heartbeat_lost")
+    assert ("executor_unobservable", first["token"]) in {(e["code"], e["token"]) for e in withheld}
+    assert stalled.has_event("result_rejected", job=job.id, token=first["token"])
 
 
 def test_cancel_retry_and_failures_are_journaled_with_codes_and_durations(
