@@ -68,6 +68,7 @@ class HeartbeatThread:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tenure-heartbeat", daemon=True)
         self._watcher = threading.Thread(target=self._watch, name="tenure-deadline", daemon=True)
+        self._watch_wake = threading.Event()
         self._backlog: collections.deque[tuple[str, Held, dict[str, object], float]] = (
             collections.deque()
         )
@@ -81,6 +82,7 @@ class HeartbeatThread:
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping.set()
         self._wake.set()
+        self._watch_wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
         if self._watcher.is_alive():
@@ -91,6 +93,7 @@ class HeartbeatThread:
         held.next_beat = held.started_at + held.heartbeat
         with self._lock:
             self._held[held.job.id] = held
+        self._watch_wake.set()
         self._wake.set()
 
     def release(self, job_id: int) -> None:
@@ -264,9 +267,18 @@ class HeartbeatThread:
         The beat itself may be blocked in a reconnect that libpq will not give up in
         under 2 s; a lease must not outlive its deadline by that much.
         """
-        while not self._stopping.wait(WATCH_INTERVAL):
+        while not self._stopping.is_set():
+            self._watch_wake.clear()  # before reading: a hold after this wakes the wait below
             with self._lock:
                 held = list(self._held.values())
+            now = time.monotonic()
+            earliest = now + 1.0
             for item in held:
-                if item.ownership.status == "lost":
+                deadline = item.ownership.deadline  # a plain read: no lock per lease
+                if deadline <= now and item.ownership.status == "lost":
                     self._end(item, item.ownership.reason or "deadline_passed")
+                else:
+                    earliest = min(earliest, deadline)
+            # Deadlines only move later (confirmations) or arrive with new holds, which
+            # wake this thread; so sleep until the earliest one, not a fixed tick.
+            self._watch_wake.wait(max(WATCH_INTERVAL, earliest - time.monotonic()))

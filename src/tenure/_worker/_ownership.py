@@ -39,6 +39,11 @@ class Ownership:
             return self._status
 
     @property
+    def deadline(self) -> float:
+        """The conservative local deadline (monotonic); a float read needs no lock."""
+        return self._deadline
+
+    @property
     def reason(self) -> str:
         return self._reason
 
