@@ -172,7 +172,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         "--tenure-src",
         default=env("BENCH_TENURE_SRC"),
         help="directory holding the `tenure` package to bench instead of the installed one "
-        "(e.g. a patched copy); default: the repo's working tree (editable install)",
+        "(e.g. a patched copy); default: a copy of the working tree's src/tenure taken at start",
     )
     p.add_argument(
         "--tenure-ref",
@@ -505,7 +505,16 @@ class Bench:
         if self.cfg.tenure_src:
             return str(Path(self.cfg.tenure_src).resolve())
         if not self.cfg.tenure_ref:
-            return None
+            # A copy of the working tree's package taken now, so that edits made to the
+            # repo while the bench runs cannot change (or break) the code under test.
+            dest = self.cfg.out / "tenure-src-snapshot"
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.copytree(
+                REPO / "src" / "tenure",
+                dest / "src" / "tenure",
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            )
+            return str(dest / "src")
         ref = self.cfg.tenure_ref
         dest = self.cfg.out / f"tenure-src-{ref.replace('/', '_')}"
         shutil.rmtree(dest, ignore_errors=True)
@@ -528,7 +537,7 @@ class Bench:
         return {
             "imported_from": str(Path(tenure.__file__).parent),
             "ref": self.cfg.tenure_ref
-            or ("custom source" if self.cfg.tenure_src else "working tree"),
+            or ("custom source" if self.cfg.tenure_src else "working tree (copied at start)"),
             "head": git("rev-parse", "--short", "HEAD"),
             "working_tree_changes": len(git("status", "--porcelain", "src").splitlines()),
         }
