@@ -148,7 +148,9 @@ class Executor:
         future: asyncio.Future[Any] = loop.create_future()
         call = functools.partial(contextvars.copy_context().run, spec.fn, ctx, **payload)
         thread = threading.Thread(
-            target=_deliver, args=(loop, future, call), name=f"tenure-tool-{ctx.job_id}",
+            target=_deliver,
+            args=(loop, future, call),
+            name=f"tenure-tool-{ctx.job_id}",
             daemon=True,
         )
         thread.start()
