@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tests.support.schemas import fresh_schema_dsn
 
 
 def _server_dsn(tmp_root: Path) -> Iterator[str]:
@@ -73,11 +74,6 @@ def tenure_dsn(database_dsn: str) -> str:
     """
     from tenure._store._store import migrate
 
-    schema = f"t_{secrets.token_hex(5)}"
-    with psycopg.connect(database_dsn, autocommit=True) as conn:
-        conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
-    params = conninfo_to_dict(database_dsn)
-    params["options"] = f"-c search_path={schema}"
-    dsn = make_conninfo(**params)  # type: ignore[arg-type]
+    dsn = fresh_schema_dsn(database_dsn, "t")
     migrate(dsn)
     return dsn

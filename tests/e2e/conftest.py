@@ -7,16 +7,13 @@ every tenure schema, so receivers must not share state across tests.
 
 from __future__ import annotations
 
-import secrets
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tests.apps.fence_app import build_app
 from tests.fence.helpers import Receivers
+from tests.support.schemas import fresh_schema_dsn
 from tests.support.workers import Journal, WorkerGroup
 
 from tenure import App
@@ -27,12 +24,7 @@ FENCE_APP = "tests.apps.fence_app:app"
 @pytest.fixture
 def receiver_dsn(database_dsn: str) -> str:
     """A DSN whose search_path is an empty schema; the receiver migrates it when it starts."""
-    schema = f"r_{secrets.token_hex(5)}"
-    with psycopg.connect(database_dsn, autocommit=True) as conn:
-        conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
-    params = conninfo_to_dict(database_dsn)
-    params["options"] = f"-c search_path={schema}"
-    return make_conninfo(**params)  # type: ignore[arg-type]
+    return fresh_schema_dsn(database_dsn, "r")
 
 
 @pytest.fixture
@@ -40,13 +32,7 @@ def receivers(receiver_dsn: str, tmp_path: Path) -> Iterator[Receivers]:
     """Example case services on demand (real subprocesses); all stopped at the end."""
     pool = Receivers(receiver_dsn, tmp_path)
     yield pool
-    for receiver in pool.started:
-        if receiver.process.poll() is None:
-            receiver.process.terminate()
-            try:
-                receiver.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                receiver.kill()
+    pool.stop_all()
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,10 +26,4 @@ def receivers(fence_dsn: str, tmp_path: Path) -> Iterator[Receivers]:
     """Starts example receivers on demand; stops every one still running at the end."""
     pool = Receivers(fence_dsn, tmp_path)
     yield pool
-    for receiver in pool.started:
-        if receiver.process.poll() is None:
-            receiver.process.terminate()
-            try:
-                receiver.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                receiver.kill()
+    pool.stop_all()

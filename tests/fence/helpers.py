@@ -85,6 +85,16 @@ class Receivers:
     root: Path
     started: list[Receiver] = field(default_factory=list)
 
+    def stop_all(self) -> None:
+        """Stop every receiver still running (SIGTERM, then SIGKILL after 10 s)."""
+        for receiver in self.started:
+            if receiver.process.poll() is None:
+                receiver.process.terminate()
+                try:
+                    receiver.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    receiver.kill()
+
     def start(
         self, *, port: int = 0, secret: bytes | None = None, decision_log: Path | None = None
     ) -> Receiver:

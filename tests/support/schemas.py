@@ -1,0 +1,19 @@
+"""A fresh schema per test: isolation without a database per test."""
+
+from __future__ import annotations
+
+import secrets
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+
+def fresh_schema_dsn(database_dsn: str, prefix: str) -> str:
+    """Create an empty schema and return a DSN whose search_path is that schema."""
+    schema = f"{prefix}_{secrets.token_hex(5)}"
+    with psycopg.connect(database_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    params = conninfo_to_dict(database_dsn)
+    params["options"] = f"-c search_path={schema}"
+    return make_conninfo(**params)  # type: ignore[arg-type]
