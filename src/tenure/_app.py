@@ -35,7 +35,15 @@ from ._pipeline._engine import Transitions
 from ._pipeline._model import Pipeline, Run, Stage, Verdict, build_pipeline, run_key
 from ._pipeline._plan import plan_pipeline
 from ._policy import MAX_BACKOFF, LeasePolicy, RetryPolicy, ToolPolicy
-from ._registry import ConcurrencyLimits, KeyRule, ToolSpec, check_priority, make_spec
+from ._registry import (
+    ConcurrencyLimits,
+    KeyRule,
+    TenantQuotas,
+    ToolSpec,
+    check_priority,
+    check_tenant,
+    make_spec,
+)
 from ._store._store import NewJob, Store, check_dsn, migrate
 
 T = TypeVar("T")
@@ -118,6 +126,7 @@ class App:
         self.tools: dict[str, ToolSpec] = {}
         self.pipelines: dict[str, Pipeline] = {}
         self.limits = ConcurrencyLimits()
+        self.quotas = TenantQuotas()
         self.schedules: dict[str, Schedule] = {}
 
     # -- configuration ---------------------------------------------------------
@@ -204,6 +213,16 @@ class App:
         Producers and workers must declare the same limits (import the same app module).
         """
         self.limits.declare(pattern, limit)
+
+    def quota(self, pattern: str, max_queued: int) -> None:
+        """A tenant matching ``pattern`` may have at most ``max_queued`` jobs queued at once:
+        ``app.quota("*", 10_000)`` (every tenant), ``app.quota("trial:*", 100)``.
+
+        An enqueue that would pass it raises QuotaExceeded and queues nothing. Jobs
+        already running do not count, and a retry is never refused. Tenants matching no
+        quota have none. Producers must declare the same quotas (import the same app).
+        """
+        self.quotas.declare(pattern, max_queued)
 
     def schedule(
         self,
@@ -334,6 +353,7 @@ class App:
         priority: int | None,
         delay: float,
         concurrency_key: str | None = None,
+        tenant: str | None = None,
     ) -> NewJob:
         spec = self.tools.get(tool)
         if spec is None:
@@ -365,6 +385,8 @@ class App:
             concurrency_limit=None
             if concurrency_key is None
             else self.limits.resolve(concurrency_key),
+            tenant="" if tenant is None else check_tenant(tenant),
+            quota=None if tenant is None else self.quotas.lookup(tenant),
         )
 
     def _concurrency_key(
@@ -395,15 +417,20 @@ class App:
         priority: int | None = None,
         delay: float = 0.0,
         concurrency_key: str | None = None,
+        tenant: str | None = None,
     ) -> Job:
         """Queue a call. A repeated key returns the existing job (``job.created`` is False);
         the same key with a different tool or payload raises IdempotencyConflict.
 
         ``priority`` defaults to the tool's. ``concurrency_key`` (e.g. ``"user:42"``)
         puts the call under the limit `limit` declared for that key; the limit itself
-        always comes from the app, never from the caller.
+        always comes from the app, never from the caller. ``tenant`` (e.g. ``"acme"``)
+        puts the call in that tenant's share of the line: workers take the queued jobs
+        of all tenants in turn, and `quota` may cap how many each has queued.
         """
-        new = self._new_job(tool, payload, idempotency_key, priority, delay, concurrency_key)
+        new = self._new_job(
+            tool, payload, idempotency_key, priority, delay, concurrency_key, tenant
+        )
         return await (await self._store()).enqueue(new)
 
     async def enqueue_many(
@@ -413,15 +440,23 @@ class App:
         *,
         idempotency_keys: Sequence[str] | None = None,
         priority: int | None = None,
+        tenant: str | None = None,
     ) -> int:
-        """Queue many calls of one tool in one statement; returns how many were new."""
+        """Queue many calls of one tool for one tenant in one statement; returns how many
+        were new. Over the tenant's quota (counting every call given, repeated keys
+        included) the whole batch is refused with QuotaExceeded."""
         if idempotency_keys is not None and len(idempotency_keys) != len(payloads):
             raise PayloadError("idempotency_keys must be as long as payloads")
         keys: Sequence[str | None] = idempotency_keys or [None] * len(payloads)
         jobs = [
-            self._new_job(tool, p, k, priority, 0.0) for p, k in zip(payloads, keys, strict=True)
+            self._new_job(tool, p, k, priority, 0.0, tenant=tenant)
+            for p, k in zip(payloads, keys, strict=True)
         ]
-        return await (await self._store()).enqueue_many(jobs)
+        if not jobs:
+            return 0
+        return await (await self._store()).enqueue_many(
+            jobs, tenant=jobs[0].tenant, quota=jobs[0].quota
+        )
 
     # -- operations ------------------------------------------------------------
 
@@ -429,10 +464,15 @@ class App:
         return await (await self._store()).get_job(job_id)
 
     async def list_jobs(
-        self, *, state: str | None = None, tool: str | None = None, limit: int = 50
+        self,
+        *,
+        state: str | None = None,
+        tool: str | None = None,
+        tenant: str | None = None,
+        limit: int = 50,
     ) -> list[Job]:
         return await (await self._store()).list_jobs(
-            state=state, tool=tool, limit=max(1, min(limit, 10_000))
+            state=state, tool=tool, tenant=tenant, limit=max(1, min(limit, 10_000))
         )
 
     async def events(self, job_id: int) -> list[dict[str, Any]]:
@@ -477,6 +517,7 @@ class App:
         priority: int | None = None,
         delay: float = 0.0,
         concurrency_key: str | None = None,
+        tenant: str | None = None,
     ) -> Job:
         return self._sync(
             self.enqueue(
@@ -486,6 +527,7 @@ class App:
                 priority=priority,
                 delay=delay,
                 concurrency_key=concurrency_key,
+                tenant=tenant,
             )
         )
 
@@ -502,9 +544,14 @@ class App:
         return self._sync(self.retry(job_id))
 
     def list_sync(
-        self, state: str | None = None, *, tool: str | None = None, limit: int = 50
+        self,
+        state: str | None = None,
+        *,
+        tool: str | None = None,
+        tenant: str | None = None,
+        limit: int = 50,
     ) -> list[Job]:
-        return self._sync(self.list_jobs(state=state, tool=tool, limit=limit))
+        return self._sync(self.list_jobs(state=state, tool=tool, tenant=tenant, limit=limit))
 
     async def summary(self) -> dict[str, int]:
         """Counts of jobs by state and of journal events by kind, plus duplicate commits."""

@@ -95,7 +95,7 @@ def _since(later: datetime, earlier: datetime | None) -> float | None:
 
 def jobs_table(jobs: Sequence[Job], now: datetime) -> Table:
     table = Table(title=f"{len(jobs)} jobs (database time {clock(now)})", **TABLE)
-    for column in ("ID", "TOOL", "STATE", "ATTEMPT", "TOKEN", "OWNER", "LEASE LEFT"):
+    for column in ("ID", "TOOL", "TENANT", "STATE", "ATTEMPT", "TOKEN", "OWNER", "LEASE LEFT"):
         table.add_column(column, no_wrap=True)
     table.add_column("HEARTBEAT AGE", no_wrap=True)
     table.add_column("CODE")
@@ -104,6 +104,7 @@ def jobs_table(jobs: Sequence[Job], now: datetime) -> Table:
         table.add_row(
             str(j.id),
             j.tool,
+            j.tenant or "-",
             j.state,
             f"{j.attempt}/{j.max_attempts}",
             str(j.token),
@@ -178,7 +179,9 @@ async def _with_app(app: App, args: argparse.Namespace, target: App | None) -> i
 async def _jobs(app: App, args: argparse.Namespace, console: Console) -> int:
     store = await app._store()
     if args.action == "list":
-        jobs = await app.list_jobs(state=args.state, tool=args.tool, limit=args.limit)
+        jobs = await app.list_jobs(
+            state=args.state, tool=args.tool, tenant=args.tenant, limit=args.limit
+        )
         console.print(jobs_table(jobs, await store.db_now()))
     elif args.action == "show":
         console.print(job_table(await store.job_detail(args.id)))
@@ -289,7 +292,7 @@ async def _dispatch(app: App, args: argparse.Namespace, target: App | None) -> i
     if args.command == "enqueue":
         payload = json.loads(args.payload)
         job = await app.enqueue(
-            args.tool, payload, idempotency_key=args.key, priority=args.priority
+            args.tool, payload, idempotency_key=args.key, priority=args.priority, tenant=args.tenant
         )
         print(json.dumps({"id": job.id, "state": job.state, "created": job.created}))
         if args.wait is not None:
@@ -423,6 +426,7 @@ def _parser() -> argparse.ArgumentParser:
     enqueue.add_argument("payload", nargs="?", default="{}", help="JSON object")
     enqueue.add_argument("--key", help="idempotency key")
     enqueue.add_argument("--priority", type=int, default=0)
+    enqueue.add_argument("--tenant", help="the tenant whose share of the line the call takes")
     enqueue.add_argument("--wait", type=float, metavar="SECONDS", help="wait for the result")
 
     jobs = commands.add_parser("jobs", help="inspect and operate on jobs")
@@ -430,6 +434,7 @@ def _parser() -> argparse.ArgumentParser:
     listing = actions.add_parser("list", help="owner, token, lease left, heartbeat age")
     listing.add_argument("--state", choices=STATES)
     listing.add_argument("--tool")
+    listing.add_argument("--tenant")
     listing.add_argument("--limit", type=int, default=50)
     actions.add_parser("show", help="the job and its event timeline").add_argument("id", type=int)
     for action in ("cancel", "retry"):

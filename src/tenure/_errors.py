@@ -9,6 +9,7 @@
     ├── JobNotFound
     ├── RunNotFound            no pipeline run with that id
     ├── IdempotencyConflict    the same idempotency key with a different tool or payload
+    ├── QuotaExceeded          the tenant already has its quota of queued jobs
     ├── WaitTimeout            wait() ran out of time; the job goes on
     ├── JobFailed              wait() on a job that ended failed or cancelled
     ├── RunFailed              wait_run() on a run that ended failed or cancelled
@@ -62,6 +63,13 @@ class RunNotFound(TenureError):
 
 class IdempotencyConflict(TenureError):
     """The key is already taken by a job with a different tool or payload."""
+
+
+class QuotaExceeded(TenureError):
+    """The enqueue would take its tenant past its quota of queued jobs; nothing was queued.
+
+    Back off and try again: the tenant's queued jobs leave the queue as workers take them.
+    """
 
 
 class WaitTimeout(TenureError):

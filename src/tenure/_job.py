@@ -31,6 +31,7 @@ class Job:
     updated_at: datetime
     finished_at: datetime | None
     error: dict[str, Any] | None
+    tenant: str  # '' when the job was queued without one
     payload: Any = field(repr=False)
     result: Any = field(repr=False)
     created: bool = True  # False when enqueue found an existing job under the same key

@@ -14,6 +14,8 @@ from ._policy import ToolPolicy
 TOOL_NAME_MAX = 200
 CONCURRENCY_KEY_MAX = 500
 MAX_CONCURRENCY_LIMIT = 100_000
+TENANT_MAX = 200
+MAX_QUOTA = 10_000_000
 # A tool's concurrency key: fixed, or computed from the payload at enqueue (None: no key).
 KeyRule = str | Callable[[dict[str, Any]], str | None] | None
 # Metric labels a tool may declare. A fixed set, so a dashboard can rely on them and a
@@ -121,7 +123,51 @@ def check_concurrency_key(key: Any) -> str:
     return key
 
 
-class ConcurrencyLimits:
+class PatternTable:
+    """Integers declared in code for exact names (``"provider:openai"``) or for every
+    name with a prefix (``"user:*"``); the exact name wins, then the longest prefix."""
+
+    def __init__(self, what: str, most: int, check_name: Callable[[Any], str]) -> None:
+        self._what = what
+        self._most = most
+        self._check_name = check_name
+        self._exact: dict[str, int] = {}
+        self._prefixes: dict[str, int] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._exact or self._prefixes)
+
+    def declare(self, pattern: str, value: int) -> None:
+        self._check_name(pattern)
+        if "*" in pattern[:-1]:
+            raise PolicyError(f"{self._what} pattern {pattern!r}: '*' may only end a pattern")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PolicyError(f"{self._what} for {pattern!r} must be an integer, got {value!r}")
+        if not 1 <= value <= self._most:
+            raise PolicyError(
+                f"{self._what} for {pattern!r} is {value}; it must be in [1, {self._most}]"
+            )
+        table, key = (
+            (self._prefixes, pattern[:-1]) if pattern.endswith("*") else (self._exact, pattern)
+        )
+        if table.get(key, value) != value:
+            raise PolicyError(
+                f"{self._what} pattern {pattern!r} is already declared as {table[key]}"
+            )
+        table[key] = value
+
+    def lookup(self, name: str) -> int | None:
+        """The value declared for ``name``, or None when no pattern covers it."""
+        if name in self._exact:
+            return self._exact[name]
+        matches = [prefix for prefix in self._prefixes if name.startswith(prefix)]
+        return self._prefixes[max(matches, key=len)] if matches else None
+
+    def declared(self) -> str:
+        return ", ".join(sorted([*self._exact, *(p + "*" for p in self._prefixes)])) or "none"
+
+
+class ConcurrencyLimits(PatternTable):
     """How many calls may run at once per concurrency key, declared in code.
 
     A pattern is an exact key (``"provider:openai"``) or a prefix ending in
@@ -133,39 +179,32 @@ class ConcurrencyLimits:
     """
 
     def __init__(self) -> None:
-        self._exact: dict[str, int] = {}
-        self._prefixes: dict[str, int] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self._exact or self._prefixes)
-
-    def declare(self, pattern: str, limit: int) -> None:
-        check_concurrency_key(pattern)
-        if "*" in pattern[:-1]:
-            raise PolicyError(f"limit pattern {pattern!r}: '*' may only end a pattern")
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise PolicyError(f"limit for {pattern!r} must be an integer, got {limit!r}")
-        if not 1 <= limit <= MAX_CONCURRENCY_LIMIT:
-            raise PolicyError(
-                f"limit for {pattern!r} is {limit}; it must be in [1, {MAX_CONCURRENCY_LIMIT}]"
-            )
-        table, key = (
-            (self._prefixes, pattern[:-1]) if pattern.endswith("*") else (self._exact, pattern)
-        )
-        if table.get(key, limit) != limit:
-            raise PolicyError(f"limit pattern {pattern!r} is already declared as {table[key]}")
-        table[key] = limit
+        super().__init__("limit", MAX_CONCURRENCY_LIMIT, check_concurrency_key)
 
     def resolve(self, key: str) -> int:
         """The limit for ``key``; PolicyError when no declaration covers it."""
-        check_concurrency_key(key)
-        if key in self._exact:
-            return self._exact[key]
-        matches = [prefix for prefix in self._prefixes if key.startswith(prefix)]
-        if not matches:
-            declared = ", ".join(sorted([*self._exact, *(p + "*" for p in self._prefixes)]))
+        limit = self.lookup(check_concurrency_key(key))
+        if limit is None:
             raise PolicyError(
                 f"concurrency_key {key!r} matches no declared limit "
-                f"(declared: {declared or 'none'}); declare one with app.limit(pattern, n)"
+                f"(declared: {self.declared()}); declare one with app.limit(pattern, n)"
             )
-        return self._prefixes[max(matches, key=len)]
+        return limit
+
+
+def check_tenant(tenant: Any) -> str:
+    if not is_short_text(tenant, TENANT_MAX):
+        raise PolicyError(f"tenant must be 1-{TENANT_MAX} printable characters, got {tenant!r}")
+    return tenant
+
+
+class TenantQuotas(PatternTable):
+    """How many jobs each tenant may have queued at once, declared in code.
+
+    Patterns work as for limits (``"acme"``, ``"trial:*"``, ``"*"`` for every
+    tenant). Unlike a limit, a tenant that matches no quota has none: quotas
+    protect the others from a flood, they are not a permission.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("quota", MAX_QUOTA, check_tenant)

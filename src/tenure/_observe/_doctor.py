@@ -35,6 +35,7 @@ PROBE_ROWS = 100
 REQUIRED_INDEXES = (
     "tenure_jobs_pkey",
     "tenure_jobs_queued",
+    "tenure_jobs_tenant_queued",
     "tenure_jobs_lease_until",
     "tenure_events_job",
     "tenure_events_at",

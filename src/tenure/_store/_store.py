@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from .._errors import ConfigError, IdempotencyConflict, JobNotFound
+from .._errors import ConfigError, IdempotencyConflict, JobNotFound, QuotaExceeded
 from .._job import Job
 from ._migrate import migrate as apply_migrations
 from ._queries import load_query_folder
@@ -44,6 +44,8 @@ CLAIM_TIMEOUT = 2.0
 # behind it, so a swallowed answer must not hold them for long. (The outcome of
 # such a commit is uncertain; the completer checks the row before calling it lost.)
 FINISH_TIMEOUT = 2.0
+# Raised by tenure_place (migration 0005) when an enqueue would pass its tenant's quota.
+QUOTA_SQLSTATE = "TQ001"
 
 # libpq settings for every tenure connection: fail fast on connect, notice a dead
 # peer through TCP keepalives, and abort writes the network swallows.
@@ -91,6 +93,8 @@ class NewJob:
     payload_hmac: str | None = None  # keyed hash for the journal; None without a journal key
     concurrency_key: str | None = None  # jobs sharing a key run at most concurrency_limit at once
     concurrency_limit: int | None = None
+    tenant: str = ""  # '' is the jobs no caller assigned to a tenant
+    quota: int | None = None  # the tenant's queued-job quota; None: unlimited
 
     def params(self) -> dict[str, Any]:
         """The parameters of the `enqueue` statement."""
@@ -105,6 +109,8 @@ class NewJob:
             "payload_hmac": self.payload_hmac,
             "concurrency_key": self.concurrency_key,
             "concurrency_limit": self.concurrency_limit,
+            "tenant": self.tenant,
+            "quota": self.quota,
         }
 
 
@@ -300,6 +306,18 @@ async def _rows(
     return await cursor.fetchall() if cursor.description else []
 
 
+@contextlib.contextmanager
+def _typed_errors() -> Iterator[None]:
+    """The errors tenure's own SQL raises on purpose, as tenure errors."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        if exc.sqlstate == QUOTA_SQLSTATE:
+            detail = exc.diag.message_detail or ""
+            raise QuotaExceeded(detail or "tenant quota exceeded") from None
+        raise
+
+
 def _jsonb(text: str | None) -> Jsonb | None:
     return None if text is None else Jsonb(text, dumps=str)
 
@@ -419,7 +437,7 @@ class Store:
         self, name: str, params: dict[str, Any], timeout: float | None = None
     ) -> list[dict[str, Any]]:
         async with self._pool.connection() as conn:
-            with _deadline(conn, timeout):
+            with _deadline(conn, timeout), _typed_errors():
                 cursor = await conn.cursor(row_factory=dict_row).execute(
                     _q(name), params, prepare=True
                 )
@@ -427,13 +445,20 @@ class Store:
 
     async def _execute(self, name: str, params: dict[str, Any]) -> int:
         async with self._pool.connection() as conn:
-            cursor = await conn.execute(_q(name), params, prepare=True)
+            with _typed_errors():
+                cursor = await conn.execute(_q(name), params, prepare=True)
             return cursor.rowcount
 
     # -- producers -------------------------------------------------------------
 
     async def enqueue(self, job: NewJob) -> Job:
-        rows = await self._fetch("enqueue", job.params())
+        try:
+            rows = await self._fetch("enqueue", job.params())
+        except QuotaExceeded:
+            # A replay of a job already queued is answered, not refused: it takes no new slot.
+            rows = await self._fetch("job_by_key", {"key": job.key})
+            if not rows:
+                raise
         if not rows:
             # The key is taken. Our statement's snapshot may predate the winner's
             # commit, so read it again with a fresh one.
@@ -451,11 +476,15 @@ class Store:
             )
         return found
 
-    async def enqueue_many(self, jobs: Sequence[NewJob]) -> int:
-        """Queue many jobs in one statement; returns how many keys were new."""
+    async def enqueue_many(
+        self, jobs: Sequence[NewJob], *, tenant: str = "", quota: int | None = None
+    ) -> int:
+        """Queue many jobs of one tenant in one statement; returns how many keys were new."""
         return await self._execute(
             "enqueue_many",
             {
+                "tenant": tenant,
+                "quota": quota,
                 "tools": [j.tool for j in jobs],
                 "keys": [j.key for j in jobs],
                 "payloads": [j.payload_json for j in jobs],
@@ -556,9 +585,16 @@ class Store:
         return Job.from_row(rows[0])
 
     async def list_jobs(
-        self, *, state: str | None = None, tool: str | None = None, limit: int = 50
+        self,
+        *,
+        state: str | None = None,
+        tool: str | None = None,
+        tenant: str | None = None,
+        limit: int = 50,
     ) -> list[Job]:
-        rows = await self._fetch("list_jobs", {"state": state, "tool": tool, "limit": limit})
+        rows = await self._fetch(
+            "list_jobs", {"state": state, "tool": tool, "tenant": tenant, "limit": limit}
+        )
         return [Job.from_row(row) for row in rows]
 
     async def job_events(self, job_id: int) -> list[dict[str, Any]]:

@@ -8,10 +8,11 @@
 WITH inserted AS (
     INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts,
                              priority, run_after, payload_hmac, concurrency_key,
-                             concurrency_limit, held)
+                             concurrency_limit, held, tenant, position)
     VALUES (%(tool)s, %(key)s, %(payload)s, %(payload_hash)s, %(max_attempts)s, %(priority)s,
             clock_timestamp() + %(delay_ms)s * interval '1 millisecond', %(payload_hmac)s,
-            %(concurrency_key)s, %(concurrency_limit)s, %(concurrency_key)s::text IS NOT NULL)
+            %(concurrency_key)s, %(concurrency_limit)s, %(concurrency_key)s::text IS NOT NULL,
+            %(tenant)s, tenure_place(%(tenant)s, 1, %(quota)s))
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING *
 )
@@ -21,15 +22,25 @@ SELECT true AS created, * FROM inserted
 SELECT false AS created, * FROM tenure_jobs WHERE idempotency_key = %(key)s
 
 -- name: enqueue_many
+-- One tenant per batch: its places are taken (and its quota checked) once, for the whole
+-- batch, repeated keys included, and handed out in the batch's order.
+WITH first AS MATERIALIZED (
+    SELECT tenure_place(%(tenant)s, cardinality(%(keys)s::text[]), %(quota)s) AS position
+)
 INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts, priority,
-                         payload_hmac, concurrency_key, concurrency_limit, held)
-SELECT *, u.concurrency_key IS NOT NULL
-FROM unnest(%(tools)s::text[], %(keys)s::text[], %(payloads)s::jsonb[],
+                         payload_hmac, concurrency_key, concurrency_limit, held, tenant,
+                         position)
+SELECT u.tool, u.idempotency_key, u.payload, u.payload_hash, u.max_attempts, u.priority,
+       u.payload_hmac, u.concurrency_key, u.concurrency_limit, u.concurrency_key IS NOT NULL,
+       %(tenant)s, first.position + u.n - 1
+FROM first,
+     unnest(%(tools)s::text[], %(keys)s::text[], %(payloads)s::jsonb[],
             %(payload_hashes)s::text[], %(max_attempts)s::integer[],
             %(priorities)s::smallint[], %(payload_hmacs)s::text[],
             %(concurrency_keys)s::text[], %(concurrency_limits)s::integer[])
+         WITH ORDINALITY
     AS u(tool, idempotency_key, payload, payload_hash, max_attempts, priority, payload_hmac,
-         concurrency_key, concurrency_limit)
+         concurrency_key, concurrency_limit, n)
 ON CONFLICT (idempotency_key) DO NOTHING
 
 -- name: claim
@@ -55,7 +66,7 @@ WITH policy AS (
       AND NOT j.held
       AND j.run_after <= (SELECT now FROM clock)
       AND j.tool = ANY(%(tools)s::text[])
-    ORDER BY j.priority DESC, j.run_after, j.id
+    ORDER BY j.priority DESC, j.position, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), picked AS (
@@ -195,6 +206,7 @@ SELECT * FROM tenure_jobs WHERE id = %(id)s
 SELECT * FROM tenure_jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(tool)s::text IS NULL OR tool = %(tool)s::text)
+  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
 ORDER BY id DESC
 LIMIT %(limit)s
 

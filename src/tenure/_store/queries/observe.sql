@@ -112,7 +112,7 @@ GROUP BY tool
 
 -- name: queue_depth
 -- Per tool: queued jobs and the age of the oldest one that is due. Bounded: at most `cap`
--- queued rows are read (through the claim's partial index, tenure_jobs_queued), so the count
+-- queued rows are read (through a partial index on queued rows), so the count
 -- saturates at the cap, and says so, instead of scanning a million-row backlog every scrape.
 SELECT tool, count(*) AS depth,
        extract(epoch FROM clock_timestamp()
