@@ -204,6 +204,8 @@ class WorkerGroup:
             **os.environ,
             "TENURE_DSN": dsn or self.dsn,
             "PYTHONUNBUFFERED": "1",
+            # Tests read every claim and outcome from the log, routine ones included.
+            "TENURE_LOG_LEVEL": "DEBUG",
             **(env or {}),
         }
         child_env.pop("TENURE_LOG_FORMAT", None)  # tests parse key=value lines

@@ -306,6 +306,21 @@ async def _rows(
     return await cursor.fetchall() if cursor.description else []
 
 
+def _journal_params(rows: Sequence[JournalRow]) -> dict[str, Any]:
+    return {
+        "kinds": [r.kind for r in rows],
+        "job_ids": [r.job_id for r in rows],
+        "tokens": [r.token for r in rows],
+        "attempts": [r.attempt for r in rows],
+        "workers": [r.worker for r in rows],
+        "tools": [r.tool for r in rows],
+        "codes": [r.code for r in rows],
+        "durations_ms": [r.duration_ms for r in rows],
+        "details": [Jsonb(r.detail) for r in rows],
+        "delays_ms": [r.delay_ms for r in rows],
+    }
+
+
 @contextlib.contextmanager
 def _typed_errors() -> Iterator[None]:
     """The errors tenure's own SQL raises on purpose, as tenure errors."""
@@ -663,21 +678,7 @@ class Store:
 
     async def record_events(self, rows: Sequence[JournalRow]) -> int:
         """Journal many events in one statement (the journal writer's batches)."""
-        return await self._execute(
-            "record_events",
-            {
-                "kinds": [r.kind for r in rows],
-                "job_ids": [r.job_id for r in rows],
-                "tokens": [r.token for r in rows],
-                "attempts": [r.attempt for r in rows],
-                "workers": [r.worker for r in rows],
-                "tools": [r.tool for r in rows],
-                "codes": [r.code for r in rows],
-                "durations_ms": [r.duration_ms for r in rows],
-                "details": [Jsonb(r.detail) for r in rows],
-                "delays_ms": [r.delay_ms for r in rows],
-            },
-        )
+        return await self._execute("record_events", _journal_params(rows))
 
     async def prune_events(self, older_than_ms: int, limit: int, timeout_ms: int) -> int:
         """Delete one batch of journal rows older than the retention; returns how many."""
@@ -856,29 +857,9 @@ class LeaseConnection:
         rows = self._run("job_states", {"ids": list(job_ids)}, timeout)
         return {row["id"]: row["state"] for row in rows}
 
-    def record_event(
-        self,
-        kind: str,
-        job: ClaimedJob,
-        worker: str,
-        detail: dict[str, Any],
-        timeout: float,
-        duration_ms: int | None = None,
-    ) -> None:
-        self._run(
-            "record_event",
-            {
-                "kind": kind,
-                "job_id": job.id,
-                "token": job.token,
-                "attempt": job.attempt,
-                "worker": worker,
-                "tool": job.tool,
-                "detail": Jsonb(detail),
-                "duration_ms": duration_ms,
-            },
-            timeout,
-        )
+    def record_events(self, rows: Sequence[JournalRow], timeout: float) -> None:
+        """Journal many events in one statement."""
+        self._run("record_events", _journal_params(rows), timeout)
 
 
 @contextlib.contextmanager

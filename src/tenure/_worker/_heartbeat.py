@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from .._log import log_event
-from .._store._store import ClaimedJob, LeaseConnection
+from .._store._store import ClaimedJob, JournalRow, LeaseConnection
 from ._ownership import Ownership
 
 logger = logging.getLogger("tenure.heartbeat")
@@ -35,6 +35,12 @@ MAX_TIMEOUT = 10.0
 JOURNAL_TIMEOUT = 1.0
 WATCH_INTERVAL = 0.02
 MAX_BACKLOG = 10_000
+
+
+def _code(detail: dict[str, object]) -> str | None:
+    """The journal's code for a heartbeat event: an error code, or why the lease ended."""
+    code = detail.get("code") or detail.get("reason")
+    return None if code is None else str(code)
 
 
 @dataclass(eq=False, slots=True)
@@ -69,9 +75,14 @@ class HeartbeatThread:
         self._thread = threading.Thread(target=self._run, name="tenure-heartbeat", daemon=True)
         self._watcher = threading.Thread(target=self._watch, name="tenure-deadline", daemon=True)
         self._watch_wake = threading.Event()
-        self._backlog: collections.deque[tuple[str, Held, dict[str, object], float]] = (
+        self._backlog: collections.deque[tuple[str, Held, dict[str, object], float, float]] = (
             collections.deque()
         )
+        # When each thread will next wake by itself (monotonic; under _lock). A new lease
+        # wakes a thread only if it needs it sooner: claiming 1,000 jobs must not mean
+        # 1,000 wake-ups and 1,000 scans of every held lease.
+        self._beat_at = 0.0
+        self._watch_at = 0.0
         self.ticks = 0
         self.statements = 0
 
@@ -93,8 +104,12 @@ class HeartbeatThread:
         held.next_beat = held.started_at + held.heartbeat
         with self._lock:
             self._held[held.job.id] = held
-        self._watch_wake.set()
-        self._wake.set()
+            beat_sooner = held.next_beat < self._beat_at
+            watch_sooner = held.ownership.deadline < self._watch_at
+        if watch_sooner:
+            self._watch_wake.set()
+        if beat_sooner:
+            self._wake.set()
 
     def release(self, job_id: int) -> None:
         with self._lock:
@@ -105,7 +120,16 @@ class HeartbeatThread:
             now = time.monotonic()
             with self._lock:
                 held = list(self._held.values())
-            due = [h for h in held if h.next_beat <= now and not h.ownership.ended.is_set()]
+            due: list[Held] = []
+            if any(h.next_beat <= now for h in held):
+                # Once one lease is due, renew with it every lease due within half a
+                # period: leases claimed in many small batches fall into one phase, so the
+                # process sends one statement per period, not one per claim batch.
+                due = [
+                    h
+                    for h in held
+                    if h.next_beat <= now + h.heartbeat / 2 and not h.ownership.ended.is_set()
+                ]
             if due:
                 try:
                     self._tick(due, now)
@@ -113,9 +137,10 @@ class HeartbeatThread:
                     logger.exception("heartbeat tick failed")
             self._flush_journal()
             with self._lock:
-                upcoming = [h.next_beat for h in self._held.values()]
-            wait = min(upcoming, default=now + 1.0) - time.monotonic()
-            self._wake.wait(max(0.0, min(wait, 1.0)))
+                now = time.monotonic()
+                soonest = min((h.next_beat for h in self._held.values()), default=now + 1)
+                self._beat_at = max(min(soonest, now + 1), now)
+            self._wake.wait(self._beat_at - now)
             self._wake.clear()
 
     def _tick(self, due: list[Held], now: float) -> None:
@@ -142,8 +167,16 @@ class HeartbeatThread:
                 )
         if not live:
             return
-        timeout = min(max(min(h.heartbeat for h in live), MIN_TIMEOUT), MAX_TIMEOUT)
         left_at_send = {h.job.id: h.ownership.remaining() for h in live}
+        # Wait for the answer one period, or half the lease left if that is longer:
+        # ownership is judged from the send time, so a slow answer (10,000 rows on a
+        # loaded server) is still a good one, and giving up after one period would mark
+        # every lease unknown at once and send the same slow statement again. Half, so a
+        # partition is still reported as unknown well before the deadline ends the call.
+        timeout = min(
+            max(min(h.heartbeat for h in live), min(left_at_send.values()) / 2, MIN_TIMEOUT),
+            MAX_TIMEOUT,
+        )
         sent_at = time.monotonic()
         self.ticks += 1
         self.statements += 1
@@ -242,23 +275,36 @@ class HeartbeatThread:
         connection).
         """
         if len(self._backlog) < MAX_BACKLOG:
-            self._backlog.append((kind, item, detail, since_confirmed))
+            self._backlog.append((kind, item, detail, since_confirmed, time.monotonic()))
 
     def _flush_journal(self) -> None:
-        """Write queued journal rows on this thread's own connection, best effort."""
-        while self._backlog:
-            kind, item, detail, since_confirmed = self._backlog[0]
-            try:
-                self._conn.record_event(
-                    kind,
-                    item.job,
-                    self._owner,
-                    detail,
-                    JOURNAL_TIMEOUT,
-                    duration_ms=round(since_confirmed * 1000),
-                )
-            except psycopg.Error:
-                return  # the log line already carries it; try again after the next beat
+        """Write queued journal rows on this thread's own connection in one statement,
+        best effort: on failure they stay queued for the next beat (the log lines
+        already carry them)."""
+        if not self._backlog:
+            return
+        now = time.monotonic()
+        batch = list(self._backlog)
+        rows = [
+            JournalRow(
+                kind=kind,
+                job_id=item.job.id,
+                token=item.job.token,
+                attempt=item.job.attempt,
+                worker=self._owner,
+                tool=item.job.tool,
+                code=_code(detail),
+                duration_ms=round(since_confirmed * 1000),
+                detail=detail,
+                delay_ms=round((now - queued_at) * 1000),
+            )
+            for kind, item, detail, since_confirmed, queued_at in batch
+        ]
+        try:
+            self._conn.record_events(rows, JOURNAL_TIMEOUT)
+        except psycopg.Error:
+            return
+        for _ in batch:
             self._backlog.popleft()
 
     def _watch(self) -> None:
@@ -268,17 +314,21 @@ class HeartbeatThread:
         under 2 s; a lease must not outlive its deadline by that much.
         """
         while not self._stopping.is_set():
-            self._watch_wake.clear()  # before reading: a hold after this wakes the wait below
+            self._watch_wake.clear()
             with self._lock:
                 held = list(self._held.values())
             now = time.monotonic()
-            earliest = now + 1.0
             for item in held:
-                deadline = item.ownership.deadline  # a plain read: no lock per lease
-                if deadline <= now and item.ownership.status == "lost":
+                # a plain read of the deadline: no lock per lease
+                if item.ownership.deadline <= now and item.ownership.status == "lost":
                     self._end(item, item.ownership.reason or "deadline_passed")
-                else:
-                    earliest = min(earliest, deadline)
             # Deadlines only move later (confirmations) or arrive with new holds, which
-            # wake this thread; so sleep until the earliest one, not a fixed tick.
-            self._watch_wake.wait(max(WATCH_INTERVAL, earliest - time.monotonic()))
+            # wake this thread if they come sooner; so sleep until the earliest one.
+            with self._lock:
+                now = time.monotonic()
+                earliest = min(
+                    min((h.ownership.deadline for h in self._held.values()), default=now + 1),
+                    now + 1,
+                )
+                self._watch_at = max(earliest, now + WATCH_INTERVAL)
+            self._watch_wake.wait(self._watch_at - now)
