@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
 from ._worker._ownership import Ownership
@@ -44,7 +43,7 @@ class Context:
         self._ownership = ownership
         self._margin = safety_margin
         self._signing_key = signing_key
-        self._cancel = threading.Event()
+        self._cancel = False  # set by the worker's thread, read by the tool's: a plain flag
 
     def __repr__(self) -> str:
         return (
@@ -94,7 +93,7 @@ class Context:
 
         Threaded tools poll this (async tools are cancelled with CancelledError).
         """
-        return self._cancel.is_set() or self._ownership.status in ("lost", "cancelled")
+        return self._cancel or self._ownership.status in ("lost", "cancelled")
 
     def ensure_owned(self, margin: float | None = None) -> None:
         """Raise LeaseLost, OwnershipUnknown or JobCancelled unless an irreversible step
@@ -103,4 +102,4 @@ class Context:
         self._ownership.ensure(self._margin if margin is None else margin)
 
     def _request_stop(self) -> None:
-        self._cancel.set()
+        self._cancel = True

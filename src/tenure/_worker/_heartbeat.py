@@ -128,7 +128,7 @@ class HeartbeatThread:
                 due = [
                     h
                     for h in held
-                    if h.next_beat <= now + h.heartbeat / 2 and not h.ownership.ended.is_set()
+                    if h.next_beat <= now + h.heartbeat / 2 and not h.ownership.ended
                 ]
             if due:
                 try:

@@ -29,7 +29,9 @@ class Ownership:
         self._deadline = sent_at + remaining
         self._reason = ""
         self.confirmed_at = sent_at
-        self.ended = threading.Event()  # set once lost or cancelled
+        # True once lost or cancelled. A plain flag, not a threading.Event: nobody waits on
+        # it, and an Event (a Condition and a lock) per job was a tenth of a busy worker.
+        self.ended = False
 
     @property
     def status(self) -> Status:
@@ -83,13 +85,13 @@ class Ownership:
                 return False
             self._status = "cancelled"
             self._reason = "cancelled"
-            self.ended.set()
+            self.ended = True
             return True
 
     def _lose(self, reason: str) -> None:
         self._status = "lost"
         self._reason = reason
-        self.ended.set()
+        self.ended = True
 
     def ensure(self, margin: float) -> None:
         """Raise unless a new irreversible step may start now."""

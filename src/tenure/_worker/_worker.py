@@ -53,6 +53,7 @@ CREDENTIAL_VARIABLES = (
     "TENURE_JOURNAL_KEY",  # read by App(); tools have no use for it
 )
 PULSE_INTERVAL = 0.05
+START_SLICE = 100  # job starts between two yields to the event loop
 
 
 def default_worker_name() -> str:
@@ -232,8 +233,13 @@ class Worker:
                         error=type(exc).__name__,
                     )
                     jobs = []
-                for job in jobs:
+                for n, job in enumerate(jobs, 1):
                     self._start(job, sent_at, heartbeat, executor, completer)
+                    if n % START_SLICE == 0:
+                        # Let the loop breathe: a claim of 1,000 starting at once would
+                        # stall it past a heartbeat, and the observer would then withhold
+                        # every lease the process holds.
+                        await asyncio.sleep(0)
                 if len(jobs) == asked:
                     continue  # there may be more waiting
             try:
