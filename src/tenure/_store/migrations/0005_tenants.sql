@@ -20,9 +20,13 @@ ALTER TABLE tenure_jobs
 CREATE SEQUENCE tenure_position_floor AS bigint MINVALUE 0 START 0;
 
 -- The claim's index orders by place in line instead of arrival time (`held` still leads, see
--- 0004). Rows are filtered by run_after; a job delayed at enqueue waits in its place.
+-- 0004). A job delayed at enqueue waits in its place, so the claim must step over jobs not
+-- yet due: run_after, the last key column, lets it do so inside the index (a scan key the
+-- btree checks on each entry) instead of fetching every such row from the heap. Measured
+-- with 10,000 jobs due in a day at the head of the line: a claim of 100 took 2.1 ms instead
+-- of 1.8 ms with none; without run_after in the index, 6.3 ms.
 DROP INDEX tenure_jobs_queued;
-CREATE INDEX tenure_jobs_queued ON tenure_jobs (held, priority DESC, position, id)
+CREATE INDEX tenure_jobs_queued ON tenure_jobs (held, priority DESC, position, id, run_after)
     WHERE state = 'queued';
 
 -- A tenant's queued jobs in line order: its last place (where its next job goes) and its
