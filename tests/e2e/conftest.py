@@ -14,7 +14,7 @@ import pytest
 from tests.apps.fence_app import build_app
 from tests.fence.helpers import Receivers
 from tests.support.schemas import fresh_schema_dsn
-from tests.support.workers import Journal, WorkerGroup
+from tests.support.workers import Journal, WorkerGroup, closing_app
 
 from tenure import App
 
@@ -38,21 +38,14 @@ def receivers(receiver_dsn: str, tmp_path: Path) -> Iterator[Receivers]:
 @pytest.fixture
 def workers(tenure_dsn: str, tmp_path: Path) -> Iterator[WorkerGroup]:
     """``tenure worker tests.apps.fence_app:app`` processes; all gone after the test."""
-    group = WorkerGroup(tenure_dsn, tmp_path, app=FENCE_APP)
-    try:
+    with WorkerGroup(tenure_dsn, tmp_path, app=FENCE_APP) as group:
         yield group
-    finally:
-        group.close()
 
 
 @pytest.fixture
 def ops(tenure_dsn: str) -> Iterator[App]:
     """The producer: the fence app's tools on this test's schema."""
-    app = build_app(tenure_dsn)
-    try:
-        yield app
-    finally:
-        app.close()
+    yield from closing_app(build_app(tenure_dsn))
 
 
 @pytest.fixture

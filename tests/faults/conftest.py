@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from tests.apps.fault_app import build_app
-from tests.support.workers import Journal, WorkerGroup
+from tests.support.workers import Journal, WorkerGroup, closing_app
 
 from tenure import App
 
@@ -15,21 +15,14 @@ from tenure import App
 @pytest.fixture
 def workers(tenure_dsn: str, tmp_path: Path) -> Iterator[WorkerGroup]:
     """Worker processes on this test's schema; all of them are gone after the test."""
-    group = WorkerGroup(tenure_dsn, tmp_path)
-    try:
+    with WorkerGroup(tenure_dsn, tmp_path) as group:
         yield group
-    finally:
-        group.close()
 
 
 @pytest.fixture
 def ops(tenure_dsn: str) -> Iterator[App]:
     """The producer side: the fault app's tools on this test's schema."""
-    app = build_app(tenure_dsn)
-    try:
-        yield app
-    finally:
-        app.close()
+    yield from closing_app(build_app(tenure_dsn))
 
 
 @pytest.fixture

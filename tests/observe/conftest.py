@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from tests.observe.observe_app import build_app
-from tests.support.workers import Journal, WorkerGroup
+from tests.support.workers import Journal, WorkerGroup, closing_app
 
 from tenure import App
 from tenure._store._store import Store
@@ -18,21 +18,14 @@ APP = "tests.observe.observe_app:app"
 
 @pytest.fixture
 def workers(tenure_dsn: str, tmp_path: Path) -> Iterator[WorkerGroup]:
-    group = WorkerGroup(tenure_dsn, tmp_path, app=APP)
-    try:
+    with WorkerGroup(tenure_dsn, tmp_path, app=APP) as group:
         yield group
-    finally:
-        group.close()
 
 
 @pytest.fixture
 def ops(tenure_dsn: str) -> Iterator[App]:
     """The producer: enqueues with a journal key, so journal rows carry a payload HMAC."""
-    app = build_app(tenure_dsn, journal_key=JOURNAL_KEY)
-    try:
-        yield app
-    finally:
-        app.close()
+    yield from closing_app(build_app(tenure_dsn, journal_key=JOURNAL_KEY))
 
 
 @pytest.fixture

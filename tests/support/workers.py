@@ -34,6 +34,7 @@ __all__ = [
     "Journal",
     "WorkerGroup",
     "WorkerProcess",
+    "closing_app",
     "parse_event",
 ]
 
@@ -297,3 +298,11 @@ class Journal:
         rows = self._rows("SELECT * FROM tenure_jobs WHERE id = %(id)s", {"id": job_id})
         assert rows, f"no job {job_id}"
         return rows[0]
+
+
+def closing_app(app: Any) -> Iterator[Any]:
+    """Yield a producer App and close it afterwards (for ``yield from`` in fixtures)."""
+    try:
+        yield app
+    finally:
+        app.close()
