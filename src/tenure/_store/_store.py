@@ -59,6 +59,23 @@ CONNECT_OPTIONS: dict[str, Any] = {
 }
 
 
+def prepared_statements() -> bool:
+    """Whether tenure's connections prepare their statements (the default: every statement
+    is prepared on first use). ``TENURE_PREPARED_STATEMENTS=off`` turns them off for a
+    pooler in transaction mode (PgBouncer before 1.21, or without max_prepared_statements),
+    which hands each transaction a server connection that never saw the PREPARE."""
+    value = os.environ.get("TENURE_PREPARED_STATEMENTS", "on").strip().lower()
+    if value not in ("on", "off", "1", "0", "true", "false", "yes", "no"):
+        raise ConfigError(f"TENURE_PREPARED_STATEMENTS must be on or off, got {value!r}")
+    return value in ("on", "1", "true", "yes")
+
+
+def connect_options() -> dict[str, Any]:
+    """CONNECT_OPTIONS plus the prepared-statement setting, for every pooled or heartbeat
+    connection; statements then run with psycopg's default ``prepare=None``."""
+    return {**CONNECT_OPTIONS, "prepare_threshold": 0 if prepared_statements() else None}
+
+
 def _q(name: str) -> LiteralString:
     return QUERIES[name]
 
@@ -302,7 +319,7 @@ def _from_row(cls: type[T], row: dict[str, Any]) -> T:
 async def _rows(
     conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    cursor = await conn.cursor(row_factory=dict_row).execute(_q(name), params, prepare=True)
+    cursor = await conn.cursor(row_factory=dict_row).execute(_q(name), params)
     return await cursor.fetchall() if cursor.description else []
 
 
@@ -437,7 +454,7 @@ class Store:
             check_dsn(dsn),
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True, "row_factory": dict_row, **CONNECT_OPTIONS},
+            kwargs={"autocommit": True, "row_factory": dict_row, **connect_options()},
             open=False,
             name="tenure",
         )
@@ -453,15 +470,13 @@ class Store:
     ) -> list[dict[str, Any]]:
         async with self._pool.connection() as conn:
             with _deadline(conn, timeout), _typed_errors():
-                cursor = await conn.cursor(row_factory=dict_row).execute(
-                    _q(name), params, prepare=True
-                )
+                cursor = await conn.cursor(row_factory=dict_row).execute(_q(name), params)
                 return await cursor.fetchall() if cursor.description else []
 
     async def _execute(self, name: str, params: dict[str, Any]) -> int:
         async with self._pool.connection() as conn:
             with _typed_errors():
-                cursor = await conn.execute(_q(name), params, prepare=True)
+                cursor = await conn.execute(_q(name), params)
             return cursor.rowcount
 
     # -- producers -------------------------------------------------------------
@@ -812,7 +827,7 @@ class LeaseConnection:
 
     def _connection(self, timeout: float) -> psycopg.Connection[dict[str, Any]]:
         if self._conn is None or self._conn.closed:
-            options = {**CONNECT_OPTIONS, "connect_timeout": max(2, round(timeout))}
+            options = {**connect_options(), "connect_timeout": max(2, round(timeout))}
             self._conn = psycopg.connect(
                 self._dsn, autocommit=True, row_factory=dict_row, **options
             )
@@ -829,7 +844,7 @@ class LeaseConnection:
         watchdog.daemon = True
         watchdog.start()
         try:
-            cursor = conn.execute(_q(name), params, prepare=True)
+            cursor = conn.execute(_q(name), params)
             return cursor.fetchall() if cursor.description else []
         except psycopg.Error:
             self.close()
