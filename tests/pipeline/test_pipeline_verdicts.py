@@ -116,7 +116,8 @@ async def test_an_accepted_verdict_dispatches_the_next_stage_in_the_same_transac
     # The job commit and the dispatch are one transaction: one journal row each, and the
     # next job's 'dispatched' row names the verdict's job.
     kinds = tables.rows(
-        "SELECT kind, job_id, detail FROM tenure_events WHERE kind IN ('succeeded', 'dispatched')"
+        "SELECT kind, job_id, detail, duration_ms FROM tenure_events"
+        " WHERE kind IN ('succeeded', 'dispatched')"
         " AND job_id IN (%(gate)s, %(merge)s) ORDER BY id",
         {"gate": gate.id, "merge": merge.job.id},
     )
@@ -126,6 +127,8 @@ async def test_an_accepted_verdict_dispatches_the_next_stage_in_the_same_transac
         ("dispatched", merge.job.id),
     ]
     assert kinds[2]["detail"] == {"run": run.id, "after_job": gate.id}
+    # The committed attempt's row says how long it ran, like a worker's commit does.
+    assert kinds[1]["duration_ms"] is not None and kinds[1]["duration_ms"] >= 0
 
     # A stale verdict for a stage that moved on: the wrong stage, and an unknown decision.
     with pytest.raises(tenure.Conflict, match="not open"):

@@ -68,7 +68,8 @@ WITH owned AS (
       AND j.state = 'running'
       AND j.lease_until > clock_timestamp()
       AND EXISTS (SELECT 1 FROM owned)
-    RETURNING j.id, j.tool, j.token, j.attempt, j.owner
+    RETURNING j.id, j.tool, j.token, j.attempt, j.owner, j.payload_hmac,
+              (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000)::bigint AS ran_ms
 ), adopted AS (
     SELECT j.id FROM tenure_jobs j
     WHERE %(mode)s::text = 'adopt'
@@ -114,7 +115,7 @@ WITH owned AS (
     SELECT i.tool, i.job_key, i.payload, i.payload_hash, i.max_attempts, i.priority
     FROM incoming i WHERE i.state = 'open'
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, tool, idempotency_key
+    RETURNING id, tool, idempotency_key, payload_hmac
 ), placed AS (
     INSERT INTO tenure_run_stages AS s (run_id, name, round, kind, state, arrived, tool,
                                         job_key, payload, payload_hash, max_attempts, job_id)
@@ -149,23 +150,29 @@ WITH owned AS (
                                    'message', 'the run ended before this stage did')
     FROM stopped st
     WHERE j.id = st.job_id AND j.state IN ('queued', 'running')
-    RETURNING j.id, j.token, j.attempt, j.owner, j.tool
+    RETURNING j.id, j.token, j.attempt, j.owner, j.tool, j.payload_hmac
 ), journal AS (
-    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail)
+    -- The same columns as the job statements' rows: code, duration_ms (how long the
+    -- committed attempt ran) and the keyed payload hash copied from the job.
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
+                               duration_ms, payload_hmac)
     SELECT %(job_state)s::text, c.id, c.token, c.attempt, c.owner, c.tool,
            jsonb_strip_nulls(jsonb_build_object('run', %(run_id)s::bigint,
                                                 'stage', %(stage_name)s::text,
                                                 'decision', %(decision)s::text,
-                                                'code', %(error)s::jsonb ->> 'code'))
+                                                'code', %(error)s::jsonb ->> 'code')),
+           %(error)s::jsonb ->> 'code', c.ran_ms, c.payload_hmac
     FROM committed c
     UNION ALL
     SELECT 'dispatched', d.id, NULL, 0, NULL, d.tool,
            jsonb_strip_nulls(jsonb_build_object('run', %(run_id)s::bigint,
-                                                'after_job', %(job_id)s::bigint))
+                                                'after_job', %(job_id)s::bigint)),
+           NULL, NULL, d.payload_hmac
     FROM dispatched d
     UNION ALL
     SELECT 'cancelled', x.id, x.token, x.attempt, x.owner, x.tool,
-           jsonb_build_object('code', 'run_ended', 'run', %(run_id)s::bigint)
+           jsonb_build_object('code', 'run_ended', 'run', %(run_id)s::bigint),
+           'run_ended', NULL, x.payload_hmac
     FROM stopped_jobs x
 )
 SELECT EXISTS (SELECT 1 FROM owned) AS owned, EXISTS (SELECT 1 FROM go) AS applied
