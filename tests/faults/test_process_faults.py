@@ -162,6 +162,24 @@ def test_sigkilled_owner_is_replaced_after_its_lease_and_the_call_completes_once
     assert taken_over_after < LEASE + 1.0 + 3.0, taken_over_after
 
 
+def test_an_idle_worker_reclaims_a_dead_owners_job_when_its_lease_ends_not_at_its_poll(
+    workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path
+) -> None:
+    """No NOTIFY announces a crash. The survivor polls only every 60 s, so a reclaim well
+    within that can only come from waking at the dead owner's lease end."""
+    out = tmp_path / "record.txt"
+    start_all(workers.spawn("a"))
+    job = ops.enqueue_sync("record", {"seconds": 1.0, "path": str(out)})
+    first = wait_running(journal, job.id, workers)
+    assert first["owner"] == "a"
+    start_all(workers.spawn("b", poll_interval=60.0))
+    assert workers["a"].kill() == -9
+    row = wait_done(journal, job.id, workers, timeout=RECLAIM_TIMEOUT)
+    assert row["state"] == "succeeded" and row["owner"] == "b", row
+    assert [c["worker"] for c in journal.events(job.id, "job_claimed")] == ["a", "b"]
+    assert lines(out) == [[str(job.id), str(row["token"]), "b"]]
+
+
 def test_sigstopped_owner_past_its_lease_cannot_commit_or_act_after_sigcont(
     workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path
 ) -> None:

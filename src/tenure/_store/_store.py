@@ -558,6 +558,13 @@ class Store:
                         await _rows(conn, "hold_again", {"ids": admitted})
         return [ClaimedJob(**row) for row in rows]
 
+    async def next_expiry(self, owner: str, tools: Sequence[str]) -> float | None:
+        """Seconds until another owner's earliest lease on ``tools`` ends (None: none)."""
+        rows = await self._fetch(
+            "next_expiry", {"owner": owner, "tools": list(tools)}, CLAIM_TIMEOUT
+        )
+        return None if not rows else float(rows[0]["seconds"])
+
     async def finish_many(self, owner: str, outcomes: Sequence[Finish]) -> dict[int, bool]:
         """Fenced commit of many outcomes in one statement: job id → accepted."""
         rows = await self._fetch(

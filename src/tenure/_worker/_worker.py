@@ -55,6 +55,7 @@ CREDENTIAL_VARIABLES = (
 )
 PULSE_INTERVAL = 0.05
 START_SLICE = 100  # job starts between two yields to the event loop
+EXPIRY_SLACK = 0.005  # wake this long after a foreign lease's end, so it has surely passed
 
 
 def default_worker_name() -> str:
@@ -243,10 +244,28 @@ class Worker:
                         await asyncio.sleep(0)
                 if len(jobs) == asked:
                     continue  # there may be more waiting
+            wait = self.poll_interval
+            if free > 0:
+                wait = await self._until_next_expiry(store, wait)
             # asyncio.timeout, not wait_for: no extra task between a NOTIFY and the claim.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.poll_interval):
+                async with asyncio.timeout(wait):
                     await self._wake.wait()
+
+    async def _until_next_expiry(self, store: Store, poll: float) -> float:
+        """How long an idle claim loop may wait: until its next poll, or until another
+        worker's lease runs out if that comes first. No NOTIFY announces an expiry (the
+        holder may be dead), so without this a crashed worker's job would wait up to a
+        whole poll interval past its lease."""
+        try:
+            seconds = await store.next_expiry(self.name, list(self._lease_ms))
+        except psycopg.Error:
+            return poll
+        if seconds is None or seconds <= 0:
+            # Already expired yet not claimed just now: not ours to take (its last attempt,
+            # for the rescuer; a keyed job at its limit). The poll covers it.
+            return poll
+        return min(poll, seconds + EXPIRY_SLACK)
 
     def _start(
         self,

@@ -115,6 +115,19 @@ WITH policy AS (
 )
 SELECT c.*, clock_timestamp() AS db_now FROM claimed c ORDER BY c.token
 
+-- name: next_expiry
+-- Seconds until the earliest lease of another owner on one of these tools runs out, so an
+-- idle worker wakes to reclaim it when it expires instead of at its next poll. Walks
+-- tenure_jobs_lease_until from the earliest lease; NULL when nothing else is running.
+SELECT extract(epoch FROM j.lease_until - clock_timestamp())::float8 AS seconds
+FROM tenure_jobs j
+WHERE j.lease_until IS NOT NULL
+  AND j.state = 'running'
+  AND j.owner <> %(owner)s
+  AND j.tool = ANY(%(tools)s::text[])
+ORDER BY j.lease_until
+LIMIT 1
+
 -- name: extend_leases
 WITH held AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(lease_ms)s::integer[])
