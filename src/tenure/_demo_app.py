@@ -11,6 +11,7 @@ import asyncio
 import functools
 import os
 import random
+import ssl
 import time
 from typing import Any
 
@@ -35,6 +36,13 @@ demo_tool = functools.partial(
 )
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every client the tools open: building one (loading the CA
+    bundle) costs tens of milliseconds of CPU, which per call stalled the event loop."""
+    return httpx.create_ssl_context()
+
+
 def _receiver() -> str:
     url = os.environ.get("TENURE_DEMO_RECEIVER")
     if not url:
@@ -54,7 +62,7 @@ async def fetch_statement(ctx: Context, invoice_id: str, seconds: float) -> dict
 async def create_case(ctx: Context, customer_id: str, seconds: float) -> dict[str, Any]:
     """Think for a while, then open a case at the receiver: a side effect to fence."""
     await asyncio.sleep(seconds)
-    async with httpx.AsyncClient(base_url=_receiver(), timeout=5) as client:
+    async with httpx.AsyncClient(base_url=_receiver(), timeout=5, verify=_tls()) as client:
         try:
             response = await client.post(
                 "/cases",
@@ -76,7 +84,7 @@ def capture_payment(ctx: Context, payment_id: str, seconds: float) -> dict[str, 
         if ctx.cancelled:
             raise RetryableError("stopped before the payment was prepared")
         time.sleep(0.05)
-    with httpx.Client(base_url=_receiver(), timeout=5) as client:
+    with httpx.Client(base_url=_receiver(), timeout=5, verify=_tls()) as client:
         try:
             response = client.post(
                 "/payments/capture",
