@@ -30,6 +30,21 @@ def test_every_public_name_resolves_and_is_documented() -> None:
 def test_fence_surface() -> None:
     names = tenure.fence.__all__
     assert len(set(names)) == len(names)
-    assert sorted(names) == _public(tenure.fence)
+    assert sorted(names) == sorted([*_public(tenure.fence), *tenure.fence._LAZY])
     for name in names:
         assert getattr(tenure.fence, name) is not None
+
+
+def test_the_fence_observer_is_exported_but_loaded_only_when_asked_for() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, tenure.fence; loaded = 'prometheus_client' in sys.modules; "
+        "from tenure.fence import FenceObserver; "
+        "print(loaded, 'prometheus_client' in sys.modules, FenceObserver.__module__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["False", "True", "tenure._observe._fence"]

@@ -13,7 +13,17 @@ Receiver::
 Sender (a tool with tenure's Context, or any FenceSource)::
 
     client.post(url, json=..., auth=FencedAuth(ctx, "create_case"))
+
+Telemetry (metrics, log lines and journal rows of the receiver's decisions)::
+
+    observer = FenceObserver(journal_dsn=..., receiver="cases")
+    app.add_middleware(FenceMiddleware, guard=guard, on_decision=observer)
+
+`FenceObserver` is imported on first use: it needs prometheus-client and
+Starlette, which a receiver that does not ask for it never loads.
 """
+
+import typing as _typing
 
 from ._asgi import FenceDecision, FenceMiddleware
 from ._core import FenceSlot, OperationRecord, StoredResponse, fingerprint
@@ -31,6 +41,12 @@ from ._signing import (
     verify_signature,
 )
 
+if _typing.TYPE_CHECKING:
+    from .._observe._fence import FenceObserver as FenceObserver
+
+# Exported, but imported only when first asked for (PEP 562).
+_LAZY = frozenset({"FenceObserver"})
+
 __all__ = [
     "FENCE_HEADER",
     "KEY_HEADER",
@@ -40,6 +56,7 @@ __all__ = [
     "FenceDecision",
     "FenceGuard",
     "FenceMiddleware",
+    "FenceObserver",
     "FenceSlot",
     "FenceSource",
     "FencedAuth",
@@ -56,3 +73,11 @@ __all__ = [
     "sign_fence",
     "verify_signature",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "FenceObserver":
+        from .._observe._fence import FenceObserver
+
+        return FenceObserver
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
