@@ -452,11 +452,7 @@ class App:
             self._new_job(tool, p, k, priority, 0.0, tenant=tenant)
             for p, k in zip(payloads, keys, strict=True)
         ]
-        if not jobs:
-            return 0
-        return await (await self._store()).enqueue_many(
-            jobs, tenant=jobs[0].tenant, quota=jobs[0].quota
-        )
+        return await (await self._store()).enqueue_many(jobs)
 
     # -- operations ------------------------------------------------------------
 

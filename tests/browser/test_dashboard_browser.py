@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.helpers import wait_job
-from tests.support.workers import Journal, WorkerGroup
+from tests.support.workers import Journal, WorkerGroup, wait_job
 
 from tenure import App
 from tenure._observe._dashboard import create_dashboard

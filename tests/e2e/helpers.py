@@ -10,7 +10,6 @@ its conservative deadline on the same clock).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from tests.apps.fence_app import commands_path, notes_path
 from tests.fence.helpers import Receiver
 from tests.support.proxy import FaultProxy
 from tests.support.waiting import wait_until
-from tests.support.workers import Journal, WorkerGroup, WorkerProcess
+from tests.support.workers import WorkerProcess
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 WAIT = 20.0  # generous: a reclaim needs a lease (1.5 s) plus a poll
@@ -129,32 +128,6 @@ def highest_token(receiver_dsn: str, scope: str) -> int | None:
 
 
 # -- tenure's side -----------------------------------------------------------------------
-
-
-def wait_job(
-    journal: Journal,
-    job_id: int,
-    predicate: Callable[[dict[str, Any]], bool],
-    what: str,
-    workers: WorkerGroup,
-    timeout: float = WAIT,
-) -> dict[str, Any]:
-    """Poll the job's row until ``predicate(row)``; return that row."""
-    seen: dict[str, Any] = {}
-
-    def check() -> bool:
-        seen["row"] = journal.job(job_id)
-        return predicate(seen["row"])
-
-    try:
-        wait_until(check, timeout=timeout, interval=0.02, message=f"job {job_id} {what}")
-    except AssertionError as exc:
-        row = seen.get("row", {})
-        state = {k: row.get(k) for k in ("state", "owner", "token", "attempt", "error")}
-        raise AssertionError(
-            f"{exc}\nlast row: {state}\njournal: {journal.kinds(job_id)}\n{workers.logs()}"
-        ) from None
-    return seen["row"]
 
 
 def confirmations(worker: WorkerProcess, job_id: int) -> list[tuple[float, float]]:

@@ -49,14 +49,13 @@ from tests.e2e.helpers import (
     notes,
     pg_proxy,
     wait_decision,
-    wait_job,
     wait_notes,
     worker_env,
 )
 from tests.fence.helpers import Receiver, Receivers
 from tests.support.proxy import FaultProxy, rewrite_dsn
 from tests.support.waiting import wait_until
-from tests.support.workers import Journal, WorkerGroup, WorkerProcess
+from tests.support.workers import Journal, WorkerGroup, WorkerProcess, wait_job
 
 from tenure import App
 from tenure.fence import fence_headers

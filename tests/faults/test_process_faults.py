@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import pytest
 from tests.apps.fault_app import BACKOFF, HEARTBEAT, LEASE, LONG_LIMIT
 from tests.support.proxy import FaultProxy, rewrite_dsn
 from tests.support.waiting import wait_until
-from tests.support.workers import Journal, WorkerGroup, WorkerProcess
+from tests.support.workers import Journal, WorkerGroup, WorkerProcess, wait_job
 
 from tenure import App
 from tenure._store._store import QUERIES
@@ -37,34 +36,6 @@ DONE_TIMEOUT = 20.0
 
 
 # -- helpers -------------------------------------------------------------------------
-
-
-def wait_job(
-    journal: Journal,
-    job_id: int,
-    predicate: Callable[[dict[str, Any]], bool],
-    *,
-    timeout: float = DONE_TIMEOUT,
-    what: str = "",
-    workers: WorkerGroup | None = None,
-) -> dict[str, Any]:
-    """Poll the job's row until ``predicate(row)``; return that row."""
-    seen: dict[str, Any] = {}
-
-    def check() -> bool:
-        seen["row"] = journal.job(job_id)
-        return predicate(seen["row"])
-
-    try:
-        wait_until(check, timeout=timeout, interval=0.02, message=f"job {job_id}: {what}")
-    except AssertionError as exc:
-        row = seen.get("row", {})
-        state = {k: row.get(k) for k in ("state", "owner", "token", "attempt", "error")}
-        logs = workers.logs() if workers is not None else ""
-        raise AssertionError(
-            f"{exc}\nlast row: {state}\njournal: {journal.kinds(job_id)}\n{logs}"
-        ) from None
-    return seen["row"]
 
 
 def wait_running(journal: Journal, job_id: int, workers: WorkerGroup) -> dict[str, Any]:

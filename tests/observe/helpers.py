@@ -12,9 +12,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from tests.e2e.helpers import wait_job
 from tests.support.waiting import wait_until
-from tests.support.workers import Journal, WorkerGroup, WorkerProcess
+from tests.support.workers import Journal, WorkerGroup, WorkerProcess, wait_job
 
 from tenure._observe._fence import FenceObserver
 from tenure._observe._http import ServerThread

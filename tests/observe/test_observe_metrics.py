@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from tests.e2e.helpers import wait_job
 from tests.observe.helpers import scrape, spawn_with_metrics, value, wait_done
-from tests.support.workers import Journal, WorkerGroup
+from tests.support.workers import Journal, WorkerGroup, wait_job
 
 from tenure import App
 from tenure._observe._dashboard import create_dashboard

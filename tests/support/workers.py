@@ -18,7 +18,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -36,6 +36,7 @@ __all__ = [
     "WorkerProcess",
     "closing_app",
     "parse_event",
+    "wait_job",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -306,3 +307,31 @@ def closing_app(app: Any) -> Iterator[Any]:
         yield app
     finally:
         app.close()
+
+
+def wait_job(
+    journal: Journal,
+    job_id: int,
+    predicate: Callable[[dict[str, Any]], bool],
+    what: str = "",
+    workers: WorkerGroup | None = None,
+    timeout: float = 20.0,
+) -> dict[str, Any]:
+    """Poll the job's row until ``predicate(row)``; return that row. On failure the message
+    carries the last row, the job's journal and the workers' logs."""
+    seen: dict[str, Any] = {}
+
+    def check() -> bool:
+        seen["row"] = journal.job(job_id)
+        return predicate(seen["row"])
+
+    try:
+        wait_until(check, timeout=timeout, interval=0.02, message=f"job {job_id}: {what}")
+    except AssertionError as exc:
+        row = seen.get("row", {})
+        state = {k: row.get(k) for k in ("state", "owner", "token", "attempt", "error")}
+        logs = workers.logs() if workers is not None else ""
+        raise AssertionError(
+            f"{exc}\nlast row: {state}\njournal: {journal.kinds(job_id)}\n{logs}"
+        ) from None
+    return seen["row"]

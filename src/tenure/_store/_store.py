@@ -506,10 +506,13 @@ class Store:
             )
         return found
 
-    async def enqueue_many(
-        self, jobs: Sequence[NewJob], *, tenant: str = "", quota: int | None = None
-    ) -> int:
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> int:
         """Queue many jobs of one tenant in one statement; returns how many keys were new."""
+        if not jobs:
+            return 0
+        tenant, quota = jobs[0].tenant, jobs[0].quota
+        if any(j.tenant != tenant for j in jobs):
+            raise ValueError("enqueue_many takes the jobs of one tenant per statement")
         return await self._execute(
             "enqueue_many",
             {

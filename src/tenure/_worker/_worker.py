@@ -112,6 +112,7 @@ class Worker:
         self._active: dict[int, asyncio.Task[None]] = {}
         self._stop_reasons: dict[int, Stopped] = {}
         self._wake = asyncio.Event()
+        self._look_again_at = 0.0  # when an idle claim loop next asks for the next expiry
         self._stopping = asyncio.Event()
         self._loop_seen = time.monotonic()
         self.counts: Counter[str] = Counter()
@@ -244,28 +245,29 @@ class Worker:
                         await asyncio.sleep(0)
                 if len(jobs) == asked:
                     continue  # there may be more waiting
-            wait = self.poll_interval
-            if free > 0:
-                wait = await self._until_next_expiry(store, wait)
+            wait = await self._idle_wait(store) if free > 0 else self.poll_interval
             # asyncio.timeout, not wait_for: no extra task between a NOTIFY and the claim.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._wake.wait()
 
-    async def _until_next_expiry(self, store: Store, poll: float) -> float:
+    async def _idle_wait(self, store: Store) -> float:
         """How long an idle claim loop may wait: until its next poll, or until another
         worker's lease runs out if that comes first. No NOTIFY announces an expiry (the
         holder may be dead), so without this a crashed worker's job would wait up to a
-        whole poll interval past its lease."""
-        try:
-            seconds = await store.next_expiry(self.name, list(self._lease_ms))
-        except psycopg.Error:
-            return poll
-        if seconds is None or seconds <= 0:
-            # Already expired yet not claimed just now: not ours to take (its last attempt,
-            # for the rescuer; a keyed job at its limit). The poll covers it.
-            return poll
-        return min(poll, seconds + EXPIRY_SLACK)
+        whole poll interval past its lease. The database is asked again only once the
+        expiry it named (or a poll interval) has passed, not on every wake-up."""
+        now = time.monotonic()
+        if now >= self._look_again_at:
+            try:
+                seconds = await store.next_expiry(self.name, list(self._lease_ms))
+            except psycopg.Error:
+                seconds = None
+            # None or past: nothing ahead that is ours to take (an expired lease not
+            # claimed just now is on its last attempt, or a keyed job at its limit).
+            ahead = self.poll_interval if seconds is None or seconds <= 0 else seconds
+            self._look_again_at = now + min(self.poll_interval, ahead + EXPIRY_SLACK)
+        return max(0.0, min(self.poll_interval, self._look_again_at - now))
 
     def _start(
         self,
