@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -71,31 +71,56 @@ class Event:
 
 Handler = Callable[[Event], None]
 
-_handlers: tuple[Handler, ...] = ()
+# (handler, the kinds it wants or None for all); replaced, never mutated, so emitters
+# read them without a lock.
+_handlers: tuple[tuple[Handler, frozenset[str] | None], ...] = ()
+_wanted: frozenset[str] | None = frozenset()  # kinds some handler wants; None: every kind
 _handlers_lock = threading.Lock()
 _handler_errors = logging.getLogger("tenure.telemetry")
 
 
-def attach(handler: Handler) -> Callable[[], None]:
-    """Send every event from now on to ``handler``; returns the function that detaches it.
+def _publish(handlers: tuple[tuple[Handler, frozenset[str] | None], ...]) -> None:
+    global _handlers, _wanted
+    wanted: set[str] | None = set()
+    for _, kinds in handlers:
+        if kinds is None or wanted is None:
+            wanted = None
+        else:
+            wanted |= kinds
+    _wanted = None if wanted is None else frozenset(wanted)
+    _handlers = handlers
+
+
+def attach(handler: Handler, kinds: Iterable[str] | None = None) -> Callable[[], None]:
+    """Send events from now on to ``handler`` (only those of ``kinds``, if given); returns
+    the function that detaches it.
 
     Handlers run on the emitting thread (the event loop, the heartbeat thread, a
     tool's thread), so they must be quick and thread-safe; one that raises is
     logged and skipped, never allowed to break the code that emitted the event.
+    Naming ``kinds`` is what lets a busy worker skip building the events nobody
+    wants: a job's routine claim and finish are DEBUG lines, and without a
+    handler that asks for them they cost one set lookup each.
     """
-    global _handlers
+    entry = (handler, None if kinds is None else frozenset(kinds))
     with _handlers_lock:
-        _handlers = (*_handlers, handler)
+        _publish((*_handlers, entry))
 
     def detach() -> None:
-        global _handlers
         with _handlers_lock:
             remaining = list(_handlers)
-            if handler in remaining:
-                remaining.remove(handler)
-            _handlers = tuple(remaining)
+            if entry in remaining:
+                remaining.remove(entry)
+            _publish(tuple(remaining))
 
     return detach
+
+
+def enabled(logger: logging.Logger, kind: str, level: int = logging.INFO) -> bool:
+    """Whether an event of ``kind`` at ``level`` would reach a handler or the log; callers
+    on a hot path check it before computing the event's fields."""
+    wanted = _wanted
+    return wanted is None or kind in wanted or logger.isEnabledFor(level)
 
 
 def _render(value: Any) -> str:
@@ -130,7 +155,7 @@ def log_event(
     bare id; explicit ``token``/``attempt``/``tool`` win over the object's.
     Fields that are None are left out.
     """
-    if not _handlers and not logger.isEnabledFor(level):
+    if not enabled(logger, kind, level):
         return
     if job is not None and not isinstance(job, int):
         token = job.token if token is None else token
@@ -153,7 +178,9 @@ def log_event(
 
 def emit(logger: logging.Logger, event: Event) -> None:
     """Hand a ready-made event to every attached handler, then log it."""
-    for handler in _handlers:
+    for handler, kinds in _handlers:
+        if kinds is not None and event.kind not in kinds:
+            continue
         try:
             handler(event)
         except Exception:

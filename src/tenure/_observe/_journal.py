@@ -116,6 +116,11 @@ class JournalWriter:
         self._failing = False
         self._stopping = False
 
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The event kinds this writer journals (what it asks `attach` for)."""
+        return self._kinds
+
     def __call__(self, event: Event) -> None:
         if event.kind not in self._kinds:
             return

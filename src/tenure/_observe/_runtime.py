@@ -48,7 +48,7 @@ class WorkerTelemetry:
         self._metrics_port = options.metrics_port
         self._metrics_host = options.metrics_host
         self._server: ServerThread | None = None
-        self._detach = attach(self.writer)
+        self._detach = attach(self.writer, self.writer.kinds)
         self.metrics_url: str | None = None
 
     async def start(self) -> None:

@@ -131,7 +131,10 @@ class NewJob:
         }
 
 
-@dataclass(frozen=True, slots=True)
+# ClaimedJob and Finish are made for every job a worker runs; nothing assigns to them
+# after construction, but they are not frozen: a frozen dataclass's __init__ sets each
+# field through object.__setattr__, which cost ~2.5 µs per claimed job here.
+@dataclass(slots=True, eq=False)
 class ClaimedJob:
     """A freshly claimed job: the token, and the lease as the database set it."""
 
@@ -155,7 +158,7 @@ class ClaimedJob:
         return (self.lease_until - self.db_now).total_seconds()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Finish:
     """One fenced outcome: `state` is succeeded, failed or queued (retry/release)."""
 

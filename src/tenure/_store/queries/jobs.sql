@@ -3,6 +3,9 @@
 -- only arbiter; a worker never sends its own time into a lease condition.
 -- `(SELECT clock_timestamp())` is evaluated once per statement, which lets the
 -- planner use it as an index bound (a bare volatile call cannot be one).
+-- Arrays on the hot path are bound in binary (`%(name)b`): psycopg's text array dumper
+-- scans every element for characters to quote, which cost a claiming and committing
+-- worker about 5 µs per job.
 
 -- name: enqueue
 WITH inserted AS (
@@ -25,7 +28,7 @@ SELECT false AS created, * FROM tenure_jobs WHERE idempotency_key = %(key)s
 -- One tenant per batch: its places are taken (and its quota checked) once, for the whole
 -- batch, repeated keys included, and handed out in the batch's order.
 WITH first AS MATERIALIZED (
-    SELECT tenure_place(%(tenant)s, cardinality(%(keys)s::text[]), %(quota)s) AS position
+    SELECT tenure_place(%(tenant)s, cardinality(%(keys)b::text[]), %(quota)s) AS position
 )
 INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts, priority,
                          payload_hmac, concurrency_key, concurrency_limit, held, tenant,
@@ -34,10 +37,10 @@ SELECT u.tool, u.idempotency_key, u.payload, u.payload_hash, u.max_attempts, u.p
        u.payload_hmac, u.concurrency_key, u.concurrency_limit, u.concurrency_key IS NOT NULL,
        %(tenant)s, first.position + u.n - 1
 FROM first,
-     unnest(%(tools)s::text[], %(keys)s::text[], %(payloads)s::jsonb[],
-            %(payload_hashes)s::text[], %(max_attempts)s::integer[],
-            %(priorities)s::smallint[], %(payload_hmacs)s::text[],
-            %(concurrency_keys)s::text[], %(concurrency_limits)s::integer[])
+     unnest(%(tools)b::text[], %(keys)b::text[], %(payloads)b::jsonb[],
+            %(payload_hashes)b::text[], %(max_attempts)b::integer[],
+            %(priorities)b::smallint[], %(payload_hmacs)b::text[],
+            %(concurrency_keys)b::text[], %(concurrency_limits)b::integer[])
          WITH ORDINALITY
     AS u(tool, idempotency_key, payload, payload_hash, max_attempts, priority, payload_hmac,
          concurrency_key, concurrency_limit, n)
@@ -45,7 +48,7 @@ ON CONFLICT (idempotency_key) DO NOTHING
 
 -- name: claim
 WITH policy AS (
-    SELECT * FROM unnest(%(tools)s::text[], %(lease_ms)s::integer[]) AS p(tool, lease_ms)
+    SELECT * FROM unnest(%(tools)b::text[], %(lease_ms)b::integer[]) AS p(tool, lease_ms)
 ), clock AS (
     SELECT clock_timestamp() AS now
 ), expired AS (
@@ -55,7 +58,7 @@ WITH policy AS (
       AND j.state = 'running'
       AND j.attempt < j.max_attempts
       AND NOT j.held
-      AND j.tool = ANY(%(tools)s::text[])
+      AND j.tool = ANY(%(tools)b::text[])
     ORDER BY j.lease_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -65,7 +68,7 @@ WITH policy AS (
     WHERE j.state = 'queued'
       AND NOT j.held
       AND j.run_after <= (SELECT now FROM clock)
-      AND j.tool = ANY(%(tools)s::text[])
+      AND j.tool = ANY(%(tools)b::text[])
     ORDER BY j.priority DESC, j.position, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -149,9 +152,9 @@ FROM held h LEFT JOIN extended e ON e.id = h.id
 
 -- name: finish_many
 WITH outcome AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(states)s::text[],
-                         %(results)s::jsonb[], %(errors)s::jsonb[], %(delays_ms)s::integer[],
-                         %(attempt_refunds)s::integer[])
+    SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(states)b::text[],
+                         %(results)b::jsonb[], %(errors)b::jsonb[], %(delays_ms)b::integer[],
+                         %(attempt_refunds)b::integer[])
         AS o(id, token, state, result, error, delay_ms, attempt_refund)
 ), decided AS (
     -- A retry asked for after the last allowed attempt is a failure: the attempt
