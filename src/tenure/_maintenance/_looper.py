@@ -13,7 +13,22 @@ from typing import Any
 
 import psycopg
 
+from .._errors import PolicyError
 from .._log import log_event
+
+Range = tuple[str, object, float, float]  # setting, value, lowest, highest
+
+
+def check_ranges(service: str, checks: tuple[Range, ...], optional: str = "") -> None:
+    """PolicyError unless every setting is a number within its range; the one named
+    ``optional`` may also be None (which turns the service off)."""
+    for name, value, low, high in checks:
+        if value is None and name == optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise PolicyError(f"{service} {name} must be a number, got {value!r}")
+        if not low <= value <= high:
+            raise PolicyError(f"{service} {name}={value!r} is outside [{low:g}, {high:g}]")
 
 
 class Looper:
@@ -36,6 +51,10 @@ class Looper:
     def enabled(self) -> bool:
         return True
 
+    async def wait(self, seconds: float) -> None:
+        """The pause between rounds; a service that can be woken early overrides it."""
+        await asyncio.sleep(seconds)
+
     def start(self) -> None:
         if self._task is None and self.enabled:
             self._task = asyncio.create_task(self._loop(), name=self.name)
@@ -54,4 +73,4 @@ class Looper:
                 log_event(
                     self.logger, self.failed_event, level=logging.WARNING, error=type(exc).__name__
                 )
-            await asyncio.sleep(self.pause())
+            await self.wait(self.pause())

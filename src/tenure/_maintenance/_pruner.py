@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from .._errors import PolicyError
 from .._log import log_event
 from .._store._store import Store
-from ._looper import Looper
+from ._looper import Looper, check_ranges
 
 logger = logging.getLogger("tenure.job_pruner")
 
@@ -43,19 +43,16 @@ class JobPrunerConfig:
     statement_timeout: float = 10.0
 
     def __post_init__(self) -> None:
-        checks = (
-            ("retention", self.retention, 1.0, 3650 * DAY),
-            ("interval", self.interval, 0.05, DAY),
-            ("batch", self.batch, 1, 100_000),
-            ("statement_timeout", self.statement_timeout, 0.1, 600.0),
+        check_ranges(
+            "job pruner",
+            (
+                ("retention", self.retention, 1.0, 3650 * DAY),
+                ("interval", self.interval, 0.05, DAY),
+                ("batch", self.batch, 1, 100_000),
+                ("statement_timeout", self.statement_timeout, 0.1, 600.0),
+            ),
+            optional="retention",
         )
-        for name, value, low, high in checks:
-            if value is None and name == "retention":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise PolicyError(f"job pruner {name} must be a number, got {value!r}")
-            if not low <= value <= high:
-                raise PolicyError(f"job pruner {name}={value!r} is outside [{low:g}, {high:g}]")
         if isinstance(self.batch, float):
             raise PolicyError(f"job pruner batch must be an integer, got {self.batch!r}")
 

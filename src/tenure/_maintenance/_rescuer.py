@@ -43,10 +43,10 @@ from dataclasses import dataclass
 
 import psycopg
 
-from .._errors import PolicyError
 from .._log import log_event
 from .._pipeline._engine import Transitions
 from .._store._store import Store
+from ._looper import check_ranges
 
 logger = logging.getLogger("tenure.rescuer")
 
@@ -64,18 +64,16 @@ class RescuerConfig:
     resend_after: float = 30.0
 
     def __post_init__(self) -> None:
-        checks = (
-            ("interval", self.interval, 0.05, 3600),
-            ("batch", self.batch, 1, 100_000),
-            ("run_batch", self.run_batch, 1, 10_000),
-            ("statement_timeout", self.statement_timeout, 0.1, 600),
-            ("resend_after", self.resend_after, 0, 7 * 24 * 3600),
+        check_ranges(
+            "rescuer",
+            (
+                ("interval", self.interval, 0.05, 3600),
+                ("batch", self.batch, 1, 100_000),
+                ("run_batch", self.run_batch, 1, 10_000),
+                ("statement_timeout", self.statement_timeout, 0.1, 600),
+                ("resend_after", self.resend_after, 0, 7 * 24 * 3600),
+            ),
         )
-        for name, value, low, high in checks:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise PolicyError(f"rescuer {name} must be a number, got {value!r}")
-            if not low <= value <= high:
-                raise PolicyError(f"rescuer {name}={value!r} is outside [{low}, {high}]")
 
 
 @dataclass(frozen=True, slots=True)

@@ -203,6 +203,13 @@ _SPECS = (
     EventSpec("jobs_pruned", "job pruner (log)", "-", "finished jobs past retention were deleted"),
     EventSpec("job_prune_failed", "job pruner (log)", "-", "a job prune sweep failed"),
     EventSpec(
+        "statistics_refreshed",
+        "statistics keeper (log)",
+        "-",
+        "tenure_jobs was analyzed after a burst made the planner's statistics wrong",
+    ),
+    EventSpec("statistics_failed", "statistics keeper (log)", "-", "a statistics look failed"),
+    EventSpec(
         "slot_enqueued",
         "scheduler (log)",
         "-",

@@ -44,6 +44,10 @@ CLAIM_TIMEOUT = 2.0
 # behind it, so a swallowed answer must not hold them for long. (The outcome of
 # such a commit is uncertain; the completer checks the row before calling it lost.)
 FINISH_TIMEOUT = 2.0
+# A bulk enqueue of at least this many jobs analyzes tenure_jobs in its own transaction
+# when it outnumbers what the planner believes is there; the lock wait is bounded.
+BULK_ANALYZE_MIN = 1000
+BULK_ANALYZE_LOCK_MS = 100
 # Raised by tenure_place (migration 0005) when an enqueue would pass its tenant's quota.
 QUOTA_SQLSTATE = "TQ001"
 
@@ -353,6 +357,27 @@ def _typed_errors() -> Iterator[None]:
         raise
 
 
+async def _analyze_if_outnumbered(conn: psycopg.AsyncConnection[Any], inserted: int) -> None:
+    """ANALYZE tenure_jobs inside a bulk enqueue's transaction when the batch outnumbers
+    what the planner believes the table holds (see tenure._maintenance._statistics for
+    why stale statistics make every claim sort the whole queue).
+
+    Inside the transaction, ANALYZE counts the batch's own rows as live, so the new
+    statistics are committed together with the jobs: the first claim that a NOTIFY
+    wakes is planned with them. It waits for no one: the try-lock skips it while
+    another producer analyzes, and a short lock timeout while autovacuum holds the
+    table (in a savepoint, so that neither failure touches the batch)."""
+    seen = (await _rows(conn, "jobs_statistics", {}))[0]
+    if 0 <= seen["analyzed_rows"] and inserted <= seen["analyzed_rows"] / 2:
+        return
+    if not (await _rows(conn, "try_statistics_lock", {}))[0]["locked"]:
+        return
+    with contextlib.suppress(psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled):
+        async with conn.transaction():
+            await _rows(conn, "set_local_lock_timeout", {"ms": BULK_ANALYZE_LOCK_MS})
+            await _rows(conn, "analyze_jobs", {})
+
+
 def _jsonb(text: str | None) -> Jsonb | None:
     return None if text is None else Jsonb(text, dumps=str)
 
@@ -516,22 +541,27 @@ class Store:
         tenant, quota = jobs[0].tenant, jobs[0].quota
         if any(j.tenant != tenant for j in jobs):
             raise ValueError("enqueue_many takes the jobs of one tenant per statement")
-        return await self._execute(
-            "enqueue_many",
-            {
-                "tenant": tenant,
-                "quota": quota,
-                "tools": [j.tool for j in jobs],
-                "keys": [j.key for j in jobs],
-                "payloads": [j.payload_json for j in jobs],
-                "payload_hashes": [j.payload_hash for j in jobs],
-                "max_attempts": [j.max_attempts for j in jobs],
-                "priorities": [j.priority for j in jobs],
-                "payload_hmacs": [j.payload_hmac for j in jobs],
-                "concurrency_keys": [j.concurrency_key for j in jobs],
-                "concurrency_limits": [j.concurrency_limit for j in jobs],
-            },
-        )
+        params = {
+            "tenant": tenant,
+            "quota": quota,
+            "tools": [j.tool for j in jobs],
+            "keys": [j.key for j in jobs],
+            "payloads": [j.payload_json for j in jobs],
+            "payload_hashes": [j.payload_hash for j in jobs],
+            "max_attempts": [j.max_attempts for j in jobs],
+            "priorities": [j.priority for j in jobs],
+            "payload_hmacs": [j.payload_hmac for j in jobs],
+            "concurrency_keys": [j.concurrency_key for j in jobs],
+            "concurrency_limits": [j.concurrency_limit for j in jobs],
+        }
+        if len(jobs) < BULK_ANALYZE_MIN:
+            return await self._execute("enqueue_many", params)
+        async with self._pool.connection() as conn, conn.transaction():
+            with _typed_errors():
+                inserted = (await conn.execute(_q("enqueue_many"), params)).rowcount
+            if inserted >= BULK_ANALYZE_MIN:
+                await _analyze_if_outnumbered(conn, inserted)
+        return inserted
 
     # -- workers ---------------------------------------------------------------
 
@@ -701,6 +731,20 @@ class Store:
             await _rows(conn, "set_local_timeout", {"ms": timeout_ms})
             rows = await _rows(conn, "prune_jobs", {"retention_ms": retention_ms, "limit": limit})
         return int(rows[0]["n"])
+
+    async def jobs_statistics(self) -> dict[str, float]:
+        """The planner's view of tenure_jobs at its last ANALYZE, and the table now."""
+        rows = await self._fetch("jobs_statistics", {}, CLAIM_TIMEOUT)
+        return {k: float(v) for k, v in rows[0].items()}
+
+    async def analyze_jobs(self, timeout_ms: int) -> bool:
+        """ANALYZE tenure_jobs unless another worker is at it; True if this one did."""
+        async with self._pool.connection() as conn, conn.transaction():
+            await _rows(conn, "set_local_timeout", {"ms": timeout_ms})
+            if not (await _rows(conn, "try_statistics_lock", {}))[0]["locked"]:
+                return False
+            await _rows(conn, "analyze_jobs", {})
+        return True
 
     # -- observability: the journal writer, pruner, metrics, dashboard and CLI --
 

@@ -31,6 +31,7 @@ from .._log import enabled, log_event
 from .._maintenance._pruner import JobPruner, JobPrunerConfig
 from .._maintenance._rescuer import Rescuer, RescuerConfig
 from .._maintenance._scheduler import Scheduler, SchedulerConfig
+from .._maintenance._statistics import StatisticsConfig, StatisticsKeeper
 from .._observe._pruner import PrunerConfig
 from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
@@ -81,6 +82,7 @@ class Worker:
         pruner: PrunerConfig | None = None,
         scheduler: SchedulerConfig | None = None,
         job_pruner: JobPrunerConfig | None = None,
+        statistics: StatisticsConfig | None = None,
     ) -> None:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise PolicyError(f"concurrency={concurrency} is outside [1, {MAX_CONCURRENCY}]")
@@ -107,6 +109,7 @@ class Worker:
         )
         self._scheduler_config = scheduler or SchedulerConfig()
         self._job_pruner_config = job_pruner or JobPrunerConfig()
+        self._statistics = statistics or StatisticsConfig()
         self._limited = bool(app.limits)  # keyed jobs need the admitting claim
         self._lease_ms = {name: spec.policy.lease.lease_ms for name, spec in app.tools.items()}
         self._active: dict[int, asyncio.Task[None]] = {}
@@ -152,9 +155,10 @@ class Worker:
             store, list(self.app.schedules.values()), self.app._schedule_job, self._scheduler_config
         )
         job_pruner = JobPruner(store, self._job_pruner_config)
+        keeper = StatisticsKeeper(store, self._statistics)
         background = [
             asyncio.create_task(self._pulse(), name="tenure-pulse"),
-            asyncio.create_task(self._listen(), name="tenure-listen"),
+            asyncio.create_task(self._listen(keeper), name="tenure-listen"),
         ]
         telemetry = WorkerTelemetry(self.app, self.name, store, self._telemetry)
         heartbeat.start()
@@ -162,6 +166,7 @@ class Worker:
         rescuer.start()
         scheduler.start()
         job_pruner.start()
+        keeper.start()
         log_event(
             logger,
             "worker_started",
@@ -178,6 +183,7 @@ class Worker:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            await keeper.stop()
             await job_pruner.stop()
             await scheduler.stop()
             await rescuer.stop()
@@ -411,8 +417,9 @@ class Worker:
             self._loop_seen = time.monotonic()
             await asyncio.sleep(PULSE_INTERVAL)
 
-    async def _listen(self) -> None:
-        """Wake the claim loop on NOTIFY; the poll timer covers lost notifications."""
+    async def _listen(self, keeper: StatisticsKeeper) -> None:
+        """Wake the claim loop on NOTIFY (and the statistics keeper: a burst may have
+        made the claim's plan wrong); the poll timer covers lost notifications."""
         pause = 0.1
         while True:
             try:
@@ -425,6 +432,7 @@ class Worker:
                     self._wake.set()
                     async for _ in conn.notifies():
                         self._wake.set()
+                        keeper.nudge()
             except psycopg.Error as exc:
                 log_event(
                     logger,

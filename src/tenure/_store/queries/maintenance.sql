@@ -52,3 +52,23 @@ WITH doomed AS (
     WHERE s.concurrency_key = d.concurrency_key AND s.job_id = d.id
 )
 SELECT count(*) AS n FROM deleted
+
+-- name: jobs_statistics
+-- What the planner believes about tenure_jobs against what is there now: the rows counted
+-- by the last ANALYZE (reltuples is -1 before the first) and the live rows now (pgstat,
+-- which lags by up to about a second).
+SELECT c.reltuples::float8 AS analyzed_rows,
+       coalesce(s.n_live_tup, 0)::float8 AS live_rows
+FROM pg_class c
+LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE c.oid = 'tenure_jobs'::regclass
+
+-- name: try_statistics_lock
+-- One worker analyzes at a time; the others skip (the lock ends with the transaction).
+SELECT pg_try_advisory_xact_lock(2116944902) AS locked
+
+-- name: analyze_jobs
+ANALYZE tenure_jobs
+
+-- name: set_local_lock_timeout
+SELECT set_config('lock_timeout', %(ms)s::text, true)
