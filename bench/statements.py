@@ -1,0 +1,147 @@
+#!/usr/bin/env python
+"""PostgreSQL's cost of tenure's claim and commit statements alone, per job.
+
+    bench/.venv/bin/python bench/statements.py [--jobs 30000] [--variants base,no-journal]
+
+One connection claims 100 jobs and commits them (the worker's two statements,
+taken from tenure's queries, prepared, arrays bound as the worker binds them)
+until the queue is empty, and reports the backend's CPU per job (from /proc)
+and the wall time of each statement. No worker, no Python per job: what is
+left is the database's own work, so variants of the SQL or the schema can be
+compared in isolation. Each variant gets a fresh database with tenure's
+migrations. Variants:
+
+  base              as shipped
+  no-journal        neither statement writes journal rows
+  no-claim-journal  the claim writes none (the commit still does)
+  stale-statistics  the queue is never analyzed (what a burst into a fresh
+                    table looks like when the enqueue does not analyze)
+
+PostgreSQL: $BENCH_ADMIN_DSN (default host=127.0.0.1 port=5432 user=postgres
+dbname=postgres); the database is tenure_statements, dropped at the end.
+Prints figures; asserts nothing about them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import psycopg
+from psycopg import sql
+
+from tenure._store._store import QUERIES, migrate
+
+ADMIN = os.environ.get("BENCH_ADMIN_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
+DB = "tenure_statements"
+VARIANTS = ("base", "no-journal", "no-claim-journal", "stale-statistics")
+CLAIM_JOURNAL = "FROM claimed c\n)"
+FINISH_JOURNAL = "    FROM finished f\n)"
+
+
+def statements(variant: str) -> tuple[str, str]:
+    claim, finish = QUERIES["claim"], QUERIES["finish_many"]
+    if variant in ("no-journal", "no-claim-journal"):
+        assert CLAIM_JOURNAL in claim, "the claim's journal CTE moved; update this script"
+        claim = claim.replace(CLAIM_JOURNAL, "FROM claimed c WHERE false\n)")
+    if variant == "no-journal":
+        assert FINISH_JOURNAL in finish, "the commit's journal CTE moved; update this script"
+        finish = finish.replace(FINISH_JOURNAL, "    FROM finished f WHERE false\n)")
+    return claim, finish
+
+
+def backend_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def fresh_database() -> str:
+    with psycopg.connect(ADMIN, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB)))
+    params = psycopg.conninfo.conninfo_to_dict(ADMIN)
+    params["dbname"] = DB
+    return psycopg.conninfo.make_conninfo(**params)  # type: ignore[arg-type]
+
+
+def measure(variant: str, jobs: int) -> dict[str, float]:
+    dsn = fresh_database()
+    migrate(dsn)
+    claim, finish = statements(variant)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash,
+                                        max_attempts, position)
+               SELECT 'noop', 'k' || g, '{}', 'h', 3, g FROM generate_series(1, %(n)s) g""",
+            {"n": jobs},
+        )
+        if variant != "stale-statistics":
+            conn.execute("VACUUM ANALYZE tenure_jobs")
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        pid = row[0]
+        claim_s = finish_s = 0.0
+        done = 0
+        cpu0, t0 = backend_cpu(pid), time.perf_counter()
+        params = {"owner": "w", "tools": ["noop"], "lease_ms": [30_000], "limit": 100}
+        while True:
+            t = time.perf_counter()
+            rows = conn.execute(claim, params, prepare=True).fetchall()
+            claim_s += time.perf_counter() - t
+            if not rows:
+                break
+            n = len(rows)
+            t = time.perf_counter()
+            conn.execute(
+                finish,
+                {
+                    "owner": "w",
+                    "ids": [r[0] for r in rows],
+                    "tokens": [r[2] for r in rows],
+                    "states": ["succeeded"] * n,
+                    "results": ["null"] * n,
+                    "errors": [None] * n,
+                    "delays_ms": [0] * n,
+                    "attempt_refunds": [0] * n,
+                },
+                prepare=True,
+            ).fetchall()
+            finish_s += time.perf_counter() - t
+            done += n
+        wall, cpu = time.perf_counter() - t0, backend_cpu(pid) - cpu0
+    with psycopg.connect(ADMIN, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
+    return {
+        "jobs_per_s": done / wall,
+        "pg_cpu_us": 1e6 * cpu / done,
+        "claim_us": 1e6 * claim_s / done,
+        "commit_us": 1e6 * finish_s / done,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=30_000)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per variant")
+    args = parser.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
+    results: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
+    for _ in range(args.rounds):
+        for variant in variants:
+            results[variant].append(measure(variant, args.jobs))
+    print(f"{args.jobs:,} jobs, claim 100 + commit 100 per round trip, one connection")
+    print("| variant | jobs/s | PG CPU µs/job | claim µs/job | commit µs/job |")
+    print("|---|---:|---:|---:|---:|")
+    for variant, runs in results.items():
+        cells = [sorted(r[k] for r in runs)[len(runs) // 2] for k in runs[0]]
+        print(f"| {variant} | {cells[0]:,.0f} | {cells[1]:.1f} | {cells[2]:.1f} | {cells[3]:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
