@@ -51,10 +51,6 @@ class Looper:
     def enabled(self) -> bool:
         return True
 
-    async def wait(self, seconds: float) -> None:
-        """The pause between rounds; a service that can be woken early overrides it."""
-        await asyncio.sleep(seconds)
-
     def start(self) -> None:
         if self._task is None and self.enabled:
             self._task = asyncio.create_task(self._loop(), name=self.name)
@@ -73,4 +69,4 @@ class Looper:
                 log_event(
                     self.logger, self.failed_event, level=logging.WARNING, error=type(exc).__name__
                 )
-            await self.wait(self.pause())
+            await asyncio.sleep(self.pause())

@@ -13,10 +13,12 @@ claims that each sort a million rows.
 A bulk enqueue (`Store.enqueue_many`) that outnumbers the table analyzes it in
 its own transaction, so its jobs arrive with statistics that know them. Bursts
 made of many small enqueues are this keeper's: every worker looks, once per
-``interval`` and whenever a NOTIFY says jobs arrived, at one catalog row: the
-live rows now against the rows the last ANALYZE counted. Never analyzed and at
-least ``min_rows``, or ``growth`` times as many, and one worker at a time (an
-advisory lock; the others skip) runs ANALYZE under a statement timeout. Rows
+``interval``, at one catalog row: the live rows now against the rows the last
+ANALYZE counted. (Such a burst builds up over seconds anyway; a look on every
+NOTIFY would put a catalog query next to the claim the NOTIFY wakes.) Never
+analyzed and at least ``min_rows``, or ``growth`` times as many, and one
+worker at a time (an advisory lock; the others skip) runs ANALYZE under a
+statement timeout. Rows
 merely changed are autovacuum's business: a busy queue updates every row
 twice, which says nothing about how many are queued. A role that does not own
 the table cannot analyze it: PostgreSQL skips it with a warning, and
@@ -28,8 +30,6 @@ idempotent start/stop, `run_once()` for tests.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -41,8 +41,6 @@ from .._store._store import Store
 from ._looper import Looper, check_ranges
 
 logger = logging.getLogger("tenure.statistics")
-
-NUDGE_GAP = 0.2  # seconds: a stream of NOTIFYs looks at most this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +85,6 @@ class StatisticsKeeper(Looper):
     def __init__(self, store: Store, config: StatisticsConfig | None = None) -> None:
         self._store = store
         self.config = config or StatisticsConfig()
-        self._nudged = asyncio.Event()
-        self._looked_at = 0.0
 
     @property
     def enabled(self) -> bool:
@@ -97,20 +93,8 @@ class StatisticsKeeper(Looper):
     def pause(self) -> float:
         return self.config.interval or 0.0
 
-    def nudge(self) -> None:
-        """Jobs arrived: look now rather than at the next interval."""
-        self._nudged.set()
-
-    async def wait(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._nudged.wait()
-        self._nudged.clear()
-        await asyncio.sleep(max(0.0, self._looked_at + NUDGE_GAP - time.monotonic()))
-
     async def run_once(self) -> bool:
         """One look; True if this worker ran ANALYZE."""
-        self._looked_at = time.monotonic()
         seen = await self._store.jobs_statistics()
         if not self.config.stale(seen):
             return False

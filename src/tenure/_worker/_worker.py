@@ -158,7 +158,7 @@ class Worker:
         keeper = StatisticsKeeper(store, self._statistics)
         background = [
             asyncio.create_task(self._pulse(), name="tenure-pulse"),
-            asyncio.create_task(self._listen(keeper), name="tenure-listen"),
+            asyncio.create_task(self._listen(), name="tenure-listen"),
         ]
         telemetry = WorkerTelemetry(self.app, self.name, store, self._telemetry)
         heartbeat.start()
@@ -417,9 +417,8 @@ class Worker:
             self._loop_seen = time.monotonic()
             await asyncio.sleep(PULSE_INTERVAL)
 
-    async def _listen(self, keeper: StatisticsKeeper) -> None:
-        """Wake the claim loop on NOTIFY (and the statistics keeper: a burst may have
-        made the claim's plan wrong); the poll timer covers lost notifications."""
+    async def _listen(self) -> None:
+        """Wake the claim loop on NOTIFY; the poll timer covers lost notifications."""
         pause = 0.1
         while True:
             try:
@@ -432,7 +431,6 @@ class Worker:
                     self._wake.set()
                     async for _ in conn.notifies():
                         self._wake.set()
-                        keeper.nudge()
             except psycopg.Error as exc:
                 log_event(
                     logger,
