@@ -18,11 +18,10 @@ ANALYZE counted. (Such a burst builds up over seconds anyway; a look on every
 NOTIFY would put a catalog query next to the claim the NOTIFY wakes.) Never
 analyzed and at least ``min_rows``, or ``growth`` times as many, and one
 worker at a time (an advisory lock; the others skip) runs ANALYZE under a
-statement timeout. Rows
-merely changed are autovacuum's business: a busy queue updates every row
-twice, which says nothing about how many are queued. A role that does not own
-the table cannot analyze it: PostgreSQL skips it with a warning, and
-autovacuum remains the only remedy.
+statement timeout. Rows merely changed are autovacuum's business: a busy
+queue updates every row twice, which says nothing about how many are queued.
+A role that does not own the table cannot analyze it: PostgreSQL skips it
+with a warning, and autovacuum remains the only remedy.
 
 Same shape as every maintenance service: a frozen config validated eagerly,
 idempotent start/stop, `run_once()` for tests.

@@ -370,12 +370,19 @@ async def _analyze_if_outnumbered(conn: psycopg.AsyncConnection[Any], inserted: 
     seen = (await _rows(conn, "jobs_statistics", {}))[0]
     if 0 <= seen["analyzed_rows"] and inserted <= seen["analyzed_rows"] / 2:
         return
-    if not (await _rows(conn, "try_statistics_lock", {}))[0]["locked"]:
-        return
     with contextlib.suppress(psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled):
         async with conn.transaction():
             await _rows(conn, "set_local_lock_timeout", {"ms": BULK_ANALYZE_LOCK_MS})
-            await _rows(conn, "analyze_jobs", {})
+            await _try_analyze(conn)
+
+
+async def _try_analyze(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """ANALYZE tenure_jobs unless another session is at it (an advisory lock that ends
+    with the transaction); True if this one did."""
+    if not (await _rows(conn, "try_statistics_lock", {}))[0]["locked"]:
+        return False
+    await _rows(conn, "analyze_jobs", {})
+    return True
 
 
 def _jsonb(text: str | None) -> Jsonb | None:
@@ -741,10 +748,7 @@ class Store:
         """ANALYZE tenure_jobs unless another worker is at it; True if this one did."""
         async with self._pool.connection() as conn, conn.transaction():
             await _rows(conn, "set_local_timeout", {"ms": timeout_ms})
-            if not (await _rows(conn, "try_statistics_lock", {}))[0]["locked"]:
-                return False
-            await _rows(conn, "analyze_jobs", {})
-        return True
+            return await _try_analyze(conn)
 
     # -- observability: the journal writer, pruner, metrics, dashboard and CLI --
 

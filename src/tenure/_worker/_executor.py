@@ -93,7 +93,7 @@ class TimeLimits:
         self._heap: list[tuple[float, int]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
-        self.expired: set[int] = set()  # calls cancelled by their limit, until discarded
+        self._expired: set[int] = set()  # calls cancelled by their limit, until discarded
 
     def add(self, job_id: int, seconds: float) -> None:
         """Cancel the calling task if it still runs ``seconds`` from now."""
@@ -112,8 +112,8 @@ class TimeLimits:
     def discard(self, job_id: int) -> bool:
         """Forget the call's limit; True if the limit had cancelled it."""
         self._live.pop(job_id, None)
-        if job_id in self.expired:
-            self.expired.discard(job_id)
+        if job_id in self._expired:
+            self._expired.discard(job_id)
             return True
         return False
 
@@ -133,7 +133,7 @@ class TimeLimits:
             entry = self._live.get(job_id)
             if entry is not None and entry[0] == deadline:
                 del self._live[job_id]
-                self.expired.add(job_id)
+                self._expired.add(job_id)
                 entry[1].cancel()
         if heap:
             self._arm(loop, heap[0][0])
