@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -55,11 +56,14 @@ class CountingHeartbeat(HeartbeatThread):
 _original_run = LeaseConnection._run
 
 
-def _counting_run(self: LeaseConnection, name: str, params: dict[str, Any], timeout: float) -> Any:
+def _counting_run(
+    self: LeaseConnection, name: str, make_params: Callable[[], dict[str, Any]], timeout: float
+) -> Any:
     sent = time.monotonic()
     STATS.setdefault("timeouts", set()).add(timeout)
     try:
-        rows = _original_run(self, name, params, timeout)
+        params = make_params()
+        sent_at, rows = _original_run(self, name, lambda: params, timeout)
     except Exception as exc:
         with _lock:
             STATS["errors"][f"{name}:{type(exc).__name__}"] += 1
@@ -80,7 +84,7 @@ def _counting_run(self: LeaseConnection, name: str, params: dict[str, Any], time
             STATS["extend_sent_at"].append(round(sent, 4))
             STATS["extend_rows"].append(len(params["ids"]))
             STATS["extend_ms"].append(round(elapsed * 1000, 2))
-    return rows
+    return sent_at, rows
 
 
 worker_module.HeartbeatThread = CountingHeartbeat  # type: ignore[misc]

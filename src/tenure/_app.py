@@ -53,6 +53,23 @@ MAX_KEY_LENGTH = 500
 MAX_PRIORITY = 100
 MAX_DELAY = 30 * 24 * 3600.0
 MAX_WAIT = 7 * 24 * 3600.0
+DAY = 24 * 3600.0
+DEFAULT_RETAIN = 7 * DAY
+MIN_RETAIN = 1.0
+MAX_RETAIN = 3650 * DAY
+
+
+def check_retain(value: Any) -> float:
+    """A retention in seconds: how long an ended job (and so its key) is kept."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not MIN_RETAIN <= value <= MAX_RETAIN
+    ):
+        raise PolicyError(
+            f"retain must be a number of seconds in [{MIN_RETAIN:g}, {MAX_RETAIN:g}], got {value!r}"
+        )
+    return float(value)
 
 
 class ScheduleOptions(TypedDict, total=False):
@@ -95,6 +112,10 @@ class App:
     ``journal_key`` (or ``TENURE_JOURNAL_KEY``, at least 16 bytes) keys the
     HMAC-SHA256 of each payload that the journal carries instead of the payload;
     without one, journal rows carry no payload hash at all.
+
+    ``retain`` (seconds, default 7 days) is how long an ended job is kept before a
+    worker's pruner deletes it, unless its tool or its enqueue says otherwise. It is
+    also the idempotency window: once a job is pruned, its key may run again.
     """
 
     def __init__(
@@ -105,8 +126,10 @@ class App:
         migrate: bool = True,
         max_payload_bytes: int = MAX_PAYLOAD_BYTES,
         journal_key: bytes | str | None = None,
+        retain: float = DEFAULT_RETAIN,
     ) -> None:
         self._journal_key = journal_key_from(journal_key)
+        self.retain = check_retain(retain)
         given = dsn if dsn is not None else os.environ.get("TENURE_DSN") or None
         self._dsn = check_dsn(given) if given else None
         if isinstance(signing_key, str):
@@ -163,6 +186,7 @@ class App:
         priority: int = 0,
         concurrency: int | None = None,
         concurrency_key: KeyRule = None,
+        retain: float | None = None,
     ) -> Callable[[F], F]:
         """Register a tool with its policy; the policy is validated now, not at run time.
 
@@ -174,6 +198,9 @@ class App:
         workers (key ``tool:{name}``). ``concurrency_key`` instead gives each call a
         key whose limit `limit` declares: a fixed string (``"provider:openai"``) or a
         function of the payload (``lambda p: f"user:{p['user_id']}"``).
+
+        ``retain`` (seconds) keeps this tool's ended jobs that long instead of the app's
+        ``retain``; it is the window in which a repeated idempotency key finds the job.
         """
         policy = ToolPolicy(
             lease=LeasePolicy(lease, heartbeat, jitter, missed_beats, safety_margin),
@@ -187,6 +214,7 @@ class App:
         )
 
         check_priority(priority, MAX_PRIORITY)
+        tool_retain = None if retain is None else check_retain(retain)
         if concurrency is not None and concurrency_key is not None:
             raise PolicyError(
                 "give concurrency (this tool's own limit) or concurrency_key (a key whose "
@@ -196,7 +224,15 @@ class App:
         def register(fn: F) -> F:
             tool_name = name or fn.__name__
             key = f"tool:{tool_name}" if concurrency is not None else concurrency_key
-            spec = make_spec(tool_name, fn, policy, labels, priority=priority, concurrency_key=key)
+            spec = make_spec(
+                tool_name,
+                fn,
+                policy,
+                labels,
+                priority=priority,
+                concurrency_key=key,
+                retain=tool_retain,
+            )
             if spec.name in self.tools:
                 raise PolicyError(f"tool {spec.name!r} is already registered")
             if concurrency is not None:
@@ -354,6 +390,7 @@ class App:
         delay: float,
         concurrency_key: str | None = None,
         tenant: str | None = None,
+        retain: float | None = None,
     ) -> NewJob:
         spec = self.tools.get(tool)
         if spec is None:
@@ -370,6 +407,8 @@ class App:
         if not isinstance(delay, int | float) or not 0 <= delay <= MAX_DELAY:
             raise PolicyError(f"delay must be a number of seconds in [0, {MAX_DELAY:g}]")
         concurrency_key = self._concurrency_key(spec, payload, concurrency_key)
+        if retain is None:
+            retain = self.retain if spec.retain is None else spec.retain
         return NewJob(
             tool=tool,
             key=key,
@@ -387,6 +426,7 @@ class App:
             else self.limits.resolve(concurrency_key),
             tenant="" if tenant is None else check_tenant(tenant),
             quota=None if tenant is None else self.quotas.lookup(tenant),
+            retain_ms=round(check_retain(retain) * 1000),
         )
 
     def _concurrency_key(
@@ -418,18 +458,22 @@ class App:
         delay: float = 0.0,
         concurrency_key: str | None = None,
         tenant: str | None = None,
+        retain: float | None = None,
     ) -> Job:
         """Queue a call. A repeated key returns the existing job (``job.created`` is False);
-        the same key with a different tool or payload raises IdempotencyConflict.
+        the same key with a different tool or payload raises IdempotencyConflict. Keys are
+        unique per tenant: another tenant's job under the same key is never returned.
 
         ``priority`` defaults to the tool's. ``concurrency_key`` (e.g. ``"user:42"``)
         puts the call under the limit `limit` declared for that key; the limit itself
         always comes from the app, never from the caller. ``tenant`` (e.g. ``"acme"``)
         puts the call in that tenant's share of the line: workers take the queued jobs
         of all tenants in turn, and `quota` may cap how many each has queued.
+        ``retain`` (seconds) keeps the job that long once it ended (default: the tool's,
+        else the app's); while it is kept, its key returns it instead of running again.
         """
         new = self._new_job(
-            tool, payload, idempotency_key, priority, delay, concurrency_key, tenant
+            tool, payload, idempotency_key, priority, delay, concurrency_key, tenant, retain
         )
         return await (await self._store()).enqueue(new)
 
@@ -441,6 +485,7 @@ class App:
         idempotency_keys: Sequence[str] | None = None,
         priority: int | None = None,
         tenant: str | None = None,
+        retain: float | None = None,
     ) -> int:
         """Queue many calls of one tool for one tenant in one statement; returns how many
         were new. Over the tenant's quota (counting every call given, repeated keys
@@ -449,7 +494,7 @@ class App:
             raise PayloadError("idempotency_keys must be as long as payloads")
         keys: Sequence[str | None] = idempotency_keys or [None] * len(payloads)
         jobs = [
-            self._new_job(tool, p, k, priority, 0.0, tenant=tenant)
+            self._new_job(tool, p, k, priority, 0.0, tenant=tenant, retain=retain)
             for p, k in zip(payloads, keys, strict=True)
         ]
         return await (await self._store()).enqueue_many(jobs)

@@ -52,9 +52,14 @@ def encode(value: Any, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) ->
     if value is None:
         return "null"  # most tools return nothing; this is a busy worker's every job
     _check(value, what, 0)
-    text = json.dumps(
-        value, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
-    )
+    try:
+        text = json.dumps(
+            value, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+        )
+    except (ValueError, TypeError, RecursionError) as exc:
+        # An integer past Python's 4,300-digit conversion limit, a subclass whose __str__
+        # or __repr__ raises, a sort of keys that cannot be compared: not storable JSON.
+        raise PayloadError(f"{what} cannot be written as JSON ({type(exc).__name__})") from None
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:

@@ -34,6 +34,7 @@ class ToolSpec:
     labels: tuple[tuple[str, str], ...] = ()  # (key, value) pairs, see check_labels
     priority: int = 0  # default priority of its calls; higher is claimed first
     concurrency_key: KeyRule = None  # see App.tool
+    retain: float | None = None  # seconds its ended jobs are kept; None: the app's
 
     def bind(self, payload: Any) -> None:
         """Refuse, at enqueue time, a payload the tool's signature cannot accept."""
@@ -77,6 +78,7 @@ def make_spec(
     *,
     priority: int = 0,
     concurrency_key: KeyRule = None,
+    retain: float | None = None,
 ) -> ToolSpec:
     if not name or len(name) > TOOL_NAME_MAX or not name.isprintable():
         raise PolicyError(f"tool name must be 1-{TOOL_NAME_MAX} printable characters, got {name!r}")
@@ -100,6 +102,7 @@ def make_spec(
         check_labels(name, labels),
         check_priority(priority),
         concurrency_key,
+        retain,
     )
 
 

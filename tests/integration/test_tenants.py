@@ -286,3 +286,31 @@ async def test_a_flood_of_100000_jobs_does_not_starve_another_tenant(
     # Bounded by the claim already under way when the probe was committed (10) and the
     # rest of the next one, which takes the probe first (9): not by the flood.
     assert p99 <= 20, counts
+
+
+async def test_an_idempotency_key_belongs_to_its_tenant(app: tenure.App, tenure_dsn: str) -> None:
+    """Bob reusing Alice's key gets a job of his own: never hers, her result, or her id."""
+    alice = await app.enqueue("fetch", {"n": 1}, idempotency_key="k", tenant="alice")
+    store = await store_of(app)
+    (claimed,) = await store.claim("w", LEASES, 1)
+    await store.finish_many("w", [Finish(claimed.id, claimed.token, "succeeded", "41")])
+
+    bob = await app.enqueue("fetch", {"n": 1}, idempotency_key="k", tenant="bob")
+    assert bob.created and bob.id != alice.id and bob.tenant == "bob"
+    assert bob.state == "queued" and bob.result is None
+    # Within a tenant the key still means "the same call".
+    again = await app.enqueue("fetch", {"n": 1}, idempotency_key="k", tenant="alice")
+    assert (again.id, again.created, again.result) == (alice.id, False, 41)
+    # Bob's conflict names Bob's own job only.
+    with pytest.raises(tenure.IdempotencyConflict) as conflict:
+        await app.enqueue("fetch", {"n": 2}, idempotency_key="k", tenant="bob")
+    assert f"job {bob.id}" in str(conflict.value)
+    assert str(alice.id) not in str(conflict.value).replace(str(bob.id), "")
+    # And in bulk: Bob's batch with Alice's key queues Bob's own job.
+    assert await app.enqueue_many("fetch", [{"n": 3}], idempotency_keys=["k2"], tenant="alice")
+    assert await app.enqueue_many("fetch", [{"n": 3}], idempotency_keys=["k2"], tenant="bob")
+    with psycopg.connect(tenure_dsn) as conn:
+        keys = conn.execute(
+            "SELECT tenant, idempotency_key FROM tenure_jobs ORDER BY tenant, idempotency_key"
+        ).fetchall()
+    assert keys == [("alice", "k"), ("alice", "k2"), ("bob", "k"), ("bob", "k2")]

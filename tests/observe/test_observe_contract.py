@@ -127,7 +127,7 @@ def test_payload_hmac_is_keyed_and_the_key_must_be_long(monkeypatch: pytest.Monk
     assert App("dbname=x", journal_key="y" * 16)._new_job  # accepted at construction
 
 
-def test_journal_rows_from_events_take_code_duration_and_delay() -> None:
+def test_journal_rows_from_events_take_code_duration_and_observation_time() -> None:
     event = Event(
         "ownership_unknown",
         job=3,
@@ -138,7 +138,7 @@ def test_journal_rows_from_events_take_code_duration_and_delay() -> None:
         fields={"reason": "db_error", "since_confirmed": 0.42, "error": "OperationalError"},
         monotonic=100.0,
     )
-    row = to_row(event, now=101.5)
+    row = to_row(event)
     assert (row.kind, row.job_id, row.token, row.attempt, row.worker, row.tool) == (
         "ownership_unknown",
         3,
@@ -147,7 +147,7 @@ def test_journal_rows_from_events_take_code_duration_and_delay() -> None:
         "w",
         "t",
     )
-    assert (row.code, row.duration_ms, row.delay_ms) == ("db_error", 420, 1500)
+    assert (row.code, row.duration_ms, row.observed_at) == ("db_error", 420, 100.0)
     assert row.detail == dict(event.fields)
 
 

@@ -95,8 +95,42 @@ async def test_writer_batches_back_dates_and_copies_the_payload_hash(store: Stor
     assert started["detail"] == {"operation": "x"}
 
 
+async def test_a_row_is_dated_when_seen_however_long_its_batch_waited(tenure_dsn: str) -> None:
+    """After an outage the writer's batch may wait for a connection: the rows in it are
+    still dated when the worker observed them, not when the batch got through."""
+    store = Store(tenure_dsn, max_size=1)
+    await store.open()
+    try:
+        job = await store.enqueue(new_job("dated"))
+        with psycopg.connect(tenure_dsn) as clock:
+            seen_at = clock.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+        observed = Event("ownership_unknown", job=job.id, worker="w", monotonic=time.monotonic())
+        busy = asyncio.Event()
+
+        async def occupy() -> None:  # the only connection is taken for 1.5 s
+            async with store._pool.connection() as conn:
+                busy.set()
+                await conn.execute("SELECT pg_sleep(1.5)")
+
+        occupant = asyncio.create_task(occupy())
+        await busy.wait()
+        writer = JournalWriter(store, worker="w")
+        writer.start()
+        writer(observed)
+        await writer.stop(timeout=10)
+        await occupant
+        assert writer.written == 1
+        (row,) = await store.job_timeline(job.id)
+        late = (row["at"] - seen_at).total_seconds()
+        assert late < 0.5, late  # not ~1.5 s: the wait for the connection is not counted
+    finally:
+        await store.close()
+
+
 def _row(kind: str, age_ms: int) -> JournalRow:
-    return JournalRow(kind, None, None, None, "w", "t", None, None, {}, delay_ms=age_ms)
+    """A row observed ``age_ms`` ago on this process's clock."""
+    observed = time.monotonic() - age_ms / 1000
+    return JournalRow(kind, None, None, None, "w", "t", None, None, {}, observed_at=observed)
 
 
 async def test_pruner_deletes_old_rows_in_bounded_batches(store: Store) -> None:

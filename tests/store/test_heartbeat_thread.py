@@ -15,7 +15,7 @@ import pytest
 from tests.store.helpers import new_job
 from tests.support.waiting import wait_until
 
-from tenure._store._store import ClaimedJob, Extension, Store
+from tenure._store._store import ClaimedJob, Extension, Finish, Store
 from tenure._worker._heartbeat import HeartbeatThread, Held
 from tenure._worker._ownership import Ownership
 
@@ -106,3 +106,32 @@ async def test_a_lease_due_more_than_half_a_period_later_waits_then_phases_merge
     # later, goes with it, and from then on the two share one statement.
     assert first == [early.id]
     assert second == sorted([early.id, late.id])
+
+
+async def test_a_beat_that_crosses_the_jobs_own_commit_reports_no_loss(
+    store: Store, tenure_dsn: str
+) -> None:
+    """The commit lands, then an extension for the same token matches zero rows before
+    the worker let go of the lease: that lease was used, not lost. Another lease that
+    really is gone (committed under another owner's view) is still reported."""
+    await store.enqueue_many([new_job(f"k{i}") for i in range(2)])
+    mine, gone = await store.claim("w", {"t": LEASE_MS}, 2)
+    ended: list[tuple[int, str]] = []
+    with running(tenure_dsn) as (thread, recorded):
+        start = time.monotonic()
+        for job in (mine, gone):
+            item = held(job, start)
+            item.on_end = lambda reason, job_id=job.id: ended.append((job_id, reason))
+            if job is mine:
+                item.ownership.committing = True  # the completer sent its commit
+            thread.hold(item)
+        verdicts = await store.finish_many(
+            "w", [Finish(j.id, j.token, "succeeded", result_json="null") for j in (mine, gone)]
+        )
+        assert all(verdicts.values())
+        wait_until(lambda: ended, timeout=20, message="the lost lease was never reported")
+        beats = len(recorded.snapshot())
+        wait_until(lambda: len(recorded.snapshot()) >= beats + 2, timeout=20, message="beats")
+    assert ended == [(gone.id, "zero_rows")]
+    lost = [e for e in await store.job_events(mine.id) if e["kind"] == "heartbeat_lost"]
+    assert lost == []

@@ -266,6 +266,20 @@ def test_a_request_sent_past_the_senders_own_deadline_is_flagged() -> None:
     ]
 
 
+def test_a_lease_declared_lost_right_after_its_grant_is_flagged() -> None:
+    """A claim that waited out an outage for a connection, its clock started before it was
+    sent: the worker threw the lease away the moment it was granted."""
+    evidence = clean()
+    journal = [dict(e) for e in evidence.journal]
+    lost_later = event("heartbeat_lost", 2, 2, T0 + 0.1 + LEASE, "b", code="deadline_passed")
+    assert check(replace(evidence, journal=[*journal, lost_later])).deadline_problems == []
+    thrown_away = event("heartbeat_lost", 3, 3, T0 + 0.248, "a", code="deadline_passed")
+    report = check(replace(evidence, journal=[*journal, thrown_away]))
+    assert report.deadline_problems == [
+        "job 3: token 3's lease was declared lost (deadline_passed) 0.048 s after it was granted"
+    ]
+
+
 def test_a_faked_monotonic_clock_is_only_compared_with_itself() -> None:
     evidence = clean()
     history = [dict(e) for e in evidence.history]

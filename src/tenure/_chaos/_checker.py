@@ -462,6 +462,7 @@ def _check_deadlines(evidence: Evidence, report: Report, by_id: Mapping[int, Row
                     f"token {token} sent {e.get('key')} {float(e['mono']) - known:.3f} s past "
                     "its own deadline"
                 )
+    _check_grants_kept(evidence, report)
     if evidence.clock_offset is None:
         return
     # The next owner's claim (database clock) against the previous owner's belief.
@@ -478,6 +479,24 @@ def _check_deadlines(evidence: Evidence, report: Report, by_id: Mapping[int, Row
             report.deadline_problems.append(
                 f"job {e['job_id']}: token {previous}'s holder believed it owned the job until "
                 f"{believed - float(e['at']):.3f} s after token {e['token']} took it"
+            )
+
+
+def _check_grants_kept(evidence: Evidence, report: Report) -> None:
+    """No lease may be declared lost (its deadline passed, or zero rows) before half of it
+    ran out on the database's clock: a worker whose lease clock started before its claim
+    was sent (while it waited for a connection after an outage) threw such grants away."""
+    granted = {
+        int(e["token"]): float(e["at"]) for e in evidence.journal if e["kind"] == "job_claimed"
+    }
+    for e in evidence.journal:
+        if e["kind"] != "heartbeat_lost" or e.get("code") not in ("deadline_passed", "zero_rows"):
+            continue
+        at = granted.get(int(e["token"]))
+        if at is not None and float(e["at"]) - at < evidence.lease / 2:
+            report.deadline_problems.append(
+                f"job {e['job_id']}: token {e['token']}'s lease was declared lost "
+                f"({e.get('code')}) {float(e['at']) - at:.3f} s after it was granted"
             )
 
 

@@ -111,10 +111,26 @@ _SPECS = (
         "the call was stopped without a commit (lease lost, cancelled): reason, duration",
     ),
     EventSpec(
+        "result_discarded",
+        "worker",
+        "writer",
+        "the tool returned or raised after its lease was lost or its job cancelled: the "
+        "outcome (detail outcome, never its content) was thrown away, not committed. "
+        "duration_ms: how long the call ran",
+        duration="duration",
+    ),
+    EventSpec(
         "commit_uncertain",
         "completer (log)",
         "-",
         "a fenced commit got no answer; it is retried while the lease may hold",
+    ),
+    EventSpec(
+        "commit_unstorable",
+        "completer (log)",
+        "-",
+        "the database could not store an outcome (error class): it is committed instead as "
+        "a bad_result failure, for that job alone",
     ),
     EventSpec(
         "result_rejected",
@@ -224,13 +240,16 @@ _SPECS = (
 EVENTS: MappingProxyType[str, EventSpec] = MappingProxyType({s.kind: s for s in _SPECS})
 
 # What the journal writer writes; the other journaled kinds are written by their statement.
-WRITER_KINDS = frozenset({"ownership_unknown", "tool_request_started", "stale_fence_rejected"})
+WRITER_KINDS = frozenset(
+    {"ownership_unknown", "tool_request_started", "stale_fence_rejected", "result_discarded"}
+)
 
 # The dashboard's ownership feed (these match the partial index tenure_events_notable).
 OWNERSHIP_KINDS = (
     "lease_expired",
     "heartbeat_lost",
     "result_rejected",
+    "result_discarded",
     "ownership_unknown",
     "stale_fence_rejected",
     "cancelled",

@@ -6,7 +6,8 @@ no round trip. What a worker only *observes* — ownership_unknown,
 tool_request_started, optionally heartbeat_ok — goes through `JournalWriter`:
 a bounded buffer flushed in one batched INSERT by a task on the event loop, so
 a tool's request or the heartbeat thread never waits for the journal. An event
-buffered while the database was away is back-dated by the time it waited.
+buffered while the database was away is dated when it was observed: its delay is
+measured when the batch is sent on a connection, however long it waited for one.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import hmac
 import logging
 import os
 import threading
-import time
 from collections import deque
 from collections.abc import Iterable
 
@@ -64,7 +64,7 @@ def payload_hmac(key: bytes, tool: str, payload_json: str) -> str:
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
-def to_row(event: Event, now: float) -> JournalRow:
+def to_row(event: Event) -> JournalRow:
     """The journal row of an event: code from code/reason, duration from the kind's field."""
     fields = dict(event.fields)
     code = fields.get("code", fields.get("reason"))
@@ -80,7 +80,7 @@ def to_row(event: Event, now: float) -> JournalRow:
         code=None if code is None else str(code),
         duration_ms=round(seconds * 1000) if isinstance(seconds, int | float) else None,
         detail=fields,
-        delay_ms=max(0, round((now - event.monotonic) * 1000)),
+        observed_at=event.monotonic,
     )
 
 
@@ -169,8 +169,7 @@ class JournalWriter:
                 batch = [self._buffer[i] for i in range(min(len(self._buffer), MAX_BATCH))]
             if not batch:
                 return written
-            now = time.monotonic()
-            rows = [to_row(event, now) for event in batch]
+            rows = [to_row(event) for event in batch]
             await asyncio.wait_for(self._store.record_events(rows), WRITE_TIMEOUT)
             with self._lock:
                 for _ in batch:

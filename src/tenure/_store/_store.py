@@ -14,7 +14,8 @@ import contextlib
 import os
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, LiteralString, TypeVar
@@ -24,6 +25,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
+from psycopg_pool.base import AttemptWithBackoff
 
 from .._errors import ConfigError, IdempotencyConflict, JobNotFound, QuotaExceeded
 from .._job import Job
@@ -44,6 +46,8 @@ CLAIM_TIMEOUT = 2.0
 # behind it, so a swallowed answer must not hold them for long. (The outcome of
 # such a commit is uncertain; the completer checks the row before calling it lost.)
 FINISH_TIMEOUT = 2.0
+# The longest pause between two attempts to reconnect a pool to a server that went away.
+MAX_RECONNECT_DELAY = 0.25
 # A bulk enqueue of at least this many jobs analyzes tenure_jobs in its own transaction
 # when it outnumbers what the planner believes is there; the lock wait is bounded.
 BULK_ANALYZE_MIN = 1000
@@ -116,6 +120,7 @@ class NewJob:
     concurrency_limit: int | None = None
     tenant: str = ""  # '' is the jobs no caller assigned to a tenant
     quota: int | None = None  # the tenant's queued-job quota; None: unlimited
+    retain_ms: int = 7 * 24 * 3600 * 1000  # kept this long once it ended (the key's window)
 
     def params(self) -> dict[str, Any]:
         """The parameters of the `enqueue` statement."""
@@ -132,6 +137,7 @@ class NewJob:
             "concurrency_limit": self.concurrency_limit,
             "tenant": self.tenant,
             "quota": self.quota,
+            "retain_ms": self.retain_ms,
         }
 
 
@@ -156,6 +162,9 @@ class ClaimedJob:
     previous_token: int | None
     payload_hmac: str | None = None
     run_after: datetime | None = None
+    # When the claim statement was sent on its connection (this process's monotonic clock):
+    # the lease's local clock starts here, never earlier (not while waiting for a connection).
+    sent_at: float = 0.0
 
     @property
     def lease_remaining(self) -> float:
@@ -177,7 +186,9 @@ class Finish:
 
 @dataclass(frozen=True, slots=True)
 class JournalRow:
-    """One event for the journal writer's batch; ``delay_ms`` back-dates it (see record_events)."""
+    """One event for the journal writer's batch. ``observed_at`` is when it was seen (this
+    process's monotonic clock); the row is dated that long before the database's clock at
+    the moment the batch is sent, however long the batch waited for a connection."""
 
     kind: str
     job_id: int | None
@@ -188,7 +199,7 @@ class JournalRow:
     code: str | None
     duration_ms: int | None
     detail: dict[str, Any]
-    delay_ms: int = 0
+    observed_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +224,7 @@ class Extension:
     job_id: int
     lease_until: datetime | None
     db_now: datetime
+    sent_at: float = 0.0  # when the extension was sent (monotonic, connection in hand)
 
     @property
     def remaining(self) -> float | None:
@@ -331,6 +343,8 @@ async def _rows(
 
 
 def _journal_params(rows: Sequence[JournalRow]) -> dict[str, Any]:
+    """Call right before the statement is sent: each row's delay is measured from now."""
+    now = time.monotonic()
     return {
         "kinds": [r.kind for r in rows],
         "job_ids": [r.job_id for r in rows],
@@ -341,7 +355,7 @@ def _journal_params(rows: Sequence[JournalRow]) -> dict[str, Any]:
         "codes": [r.code for r in rows],
         "durations_ms": [r.duration_ms for r in rows],
         "details": [Jsonb(r.detail) for r in rows],
-        "delays_ms": [r.delay_ms for r in rows],
+        "delays_ms": [max(0, round((now - r.observed_at) * 1000)) for r in rows],
     }
 
 
@@ -481,11 +495,37 @@ class RunTransaction:
         return bool(await _rows(self._conn, "retry_job", {"id": job_id}))
 
 
+class _PromptReconnect(AttemptWithBackoff):
+    """psycopg_pool's reconnection schedule, made prompt: a worker must be back within a
+    fraction of a second of the server answering again, not after a backoff that had
+    grown to seconds during the outage (+0.02, +1.0, +2.8 s was measured)."""
+
+    INITIAL_DELAY = 0.05
+    DELAY_BACKOFF = 1.5
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, MAX_RECONNECT_DELAY)
+
+
+class _Pool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
+    """The pool every Store uses: psycopg_pool's, reconnecting on `_PromptReconnect`'s
+    schedule. (``_add_connection`` is the pool's own hook for each new connection; the
+    tests pin its behaviour, so an upgrade that changes it fails loudly.)"""
+
+    async def _add_connection(
+        self, attempt: AttemptWithBackoff | None, growing: bool = False
+    ) -> None:
+        if attempt is None:
+            attempt = _PromptReconnect(timeout=self.reconnect_timeout)
+        await super()._add_connection(attempt, growing)
+
+
 class Store:
     """Async access to tenure's tables through a small connection pool."""
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10) -> None:
-        self._pool = AsyncConnectionPool(
+        self._pool = _Pool(
             check_dsn(dsn),
             min_size=min_size,
             max_size=max_size,
@@ -521,13 +561,13 @@ class Store:
             rows = await self._fetch("enqueue", job.params())
         except QuotaExceeded:
             # A replay of a job already queued is answered, not refused: it takes no new slot.
-            rows = await self._fetch("job_by_key", {"key": job.key})
+            rows = await self._fetch("job_by_key", {"key": job.key, "tenant": job.tenant})
             if not rows:
                 raise
         if not rows:
             # The key is taken. Our statement's snapshot may predate the winner's
             # commit, so read it again with a fresh one.
-            rows = await self._fetch("job_by_key", {"key": job.key})
+            rows = await self._fetch("job_by_key", {"key": job.key, "tenant": job.tenant})
         if not rows:
             raise JobNotFound(f"job with idempotency key {job.key!r} vanished during enqueue")
         found = Job.from_row(rows[0])
@@ -560,6 +600,7 @@ class Store:
             "payload_hmacs": [j.payload_hmac for j in jobs],
             "concurrency_keys": [j.concurrency_key for j in jobs],
             "concurrency_limits": [j.concurrency_limit for j in jobs],
+            "retains_ms": [j.retain_ms for j in jobs],
         }
         if len(jobs) < BULK_ANALYZE_MIN:
             return await self._execute("enqueue_many", params)
@@ -589,17 +630,21 @@ class Store:
             "lease_ms": list(lease_ms_by_tool.values()),
             "limit": limit,
         }
-        if not limited:
-            return [ClaimedJob(**row) for row in await self._fetch("claim", params, CLAIM_TIMEOUT)]
         async with self._pool.connection() as conn:
-            with _deadline(conn, CLAIM_TIMEOUT):
-                async with conn.transaction():
-                    admit = {**params, "idle_ms": ADMIT_IDLE_TIMEOUT_MS}
-                    admitted = [row["id"] for row in await _rows(conn, "admit_held", admit)]
+            # The lease's local clock starts now, with a connection in hand: a claim that
+            # waited out an outage for its connection must not start with its lease spent.
+            sent_at = time.monotonic()
+            with _deadline(conn, CLAIM_TIMEOUT), _typed_errors():
+                if not limited:
                     rows = await _rows(conn, "claim", params)
-                    if admitted:
-                        await _rows(conn, "hold_again", {"ids": admitted})
-        return [ClaimedJob(**row) for row in rows]
+                else:
+                    async with conn.transaction():
+                        admit = {**params, "idle_ms": ADMIT_IDLE_TIMEOUT_MS}
+                        admitted = [row["id"] for row in await _rows(conn, "admit_held", admit)]
+                        rows = await _rows(conn, "claim", params)
+                        if admitted:
+                            await _rows(conn, "hold_again", {"ids": admitted})
+        return [ClaimedJob(**row, sent_at=sent_at) for row in rows]
 
     async def next_expiry(self, owner: str, tools: Sequence[str]) -> float | None:
         """Seconds until another owner's earliest lease on ``tools`` ends (None: none)."""
@@ -732,11 +777,15 @@ class Store:
             rows = await _rows(conn, "enqueue", job.params())
             return True, rows[0]["id"] if rows else None
 
-    async def prune_jobs(self, retention_ms: int, limit: int, timeout_ms: int) -> int:
-        """Delete one batch of terminal jobs finished more than ``retention_ms`` ago."""
+    async def prune_jobs(self, tools: Sequence[str] | None, limit: int, timeout_ms: int) -> int:
+        """Delete one batch of terminal jobs whose own retention has passed: of ``tools``
+        only, or of every application when ``tools`` is None."""
         async with self._pool.connection() as conn, conn.transaction():
             await _rows(conn, "set_local_timeout", {"ms": timeout_ms})
-            rows = await _rows(conn, "prune_jobs", {"retention_ms": retention_ms, "limit": limit})
+            if tools is None:
+                rows = await _rows(conn, "prune_all_jobs", {"limit": limit})
+            else:
+                rows = await _rows(conn, "prune_jobs", {"tools": list(tools), "limit": limit})
         return int(rows[0]["n"])
 
     async def jobs_statistics(self) -> dict[str, float]:
@@ -753,8 +802,11 @@ class Store:
     # -- observability: the journal writer, pruner, metrics, dashboard and CLI --
 
     async def record_events(self, rows: Sequence[JournalRow]) -> int:
-        """Journal many events in one statement (the journal writer's batches)."""
-        return await self._execute("record_events", _journal_params(rows))
+        """Journal many events in one statement (the journal writer's batches), each dated
+        from when it was observed, measured once a connection is in hand."""
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(_q("record_events"), _journal_params(rows))
+            return cursor.rowcount
 
     async def prune_events(self, older_than_ms: int, limit: int, timeout_ms: int) -> int:
         """Delete one batch of journal rows older than the retention; returns how many."""
@@ -899,14 +951,20 @@ class LeaseConnection:
             self._conn.close()
             self._conn = None
 
-    def _run(self, name: str, params: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
+    def _run(
+        self, name: str, params: Callable[[], dict[str, Any]], timeout: float
+    ) -> tuple[float, list[dict[str, Any]]]:
+        """Run one statement; returns when it was sent (monotonic, measured once the
+        connection is up, so a reconnect is not counted against a lease) and its rows.
+        ``params`` is built at that moment too (journal rows are dated from it)."""
         conn = self._connection(timeout)
         watchdog = threading.Timer(timeout, _shutdown_socket, (conn,))
         watchdog.daemon = True
         watchdog.start()
         try:
-            cursor = conn.execute(_q(name), params)
-            return cursor.fetchall() if cursor.description else []
+            sent_at = time.monotonic()
+            cursor = conn.execute(_q(name), params())
+            return sent_at, cursor.fetchall() if cursor.description else []
         except psycopg.Error:
             self.close()
             raise
@@ -916,10 +974,11 @@ class LeaseConnection:
     def extend(
         self, owner: str, held: Sequence[tuple[int, int, int]], timeout: float
     ) -> list[Extension]:
-        """Extend (job id, token, lease_ms) leases held by ``owner`` in one statement."""
-        rows = self._run(
+        """Extend (job id, token, lease_ms) leases held by ``owner`` in one statement;
+        one answer per lease, each carrying when the statement was sent."""
+        sent_at, rows = self._run(
             "extend_leases",
-            {
+            lambda: {
                 "owner": owner,
                 "ids": [h[0] for h in held],
                 "tokens": [h[1] for h in held],
@@ -927,15 +986,15 @@ class LeaseConnection:
             },
             timeout,
         )
-        return [Extension(row["id"], row["lease_until"], row["db_now"]) for row in rows]
+        return [Extension(row["id"], row["lease_until"], row["db_now"], sent_at) for row in rows]
 
     def states(self, job_ids: Sequence[int], timeout: float) -> dict[int, str]:
-        rows = self._run("job_states", {"ids": list(job_ids)}, timeout)
+        _, rows = self._run("job_states", lambda: {"ids": list(job_ids)}, timeout)
         return {row["id"]: row["state"] for row in rows}
 
     def record_events(self, rows: Sequence[JournalRow], timeout: float) -> None:
         """Journal many events in one statement."""
-        self._run("record_events", _journal_params(rows), timeout)
+        self._run("record_events", lambda: _journal_params(rows), timeout)
 
 
 @contextlib.contextmanager

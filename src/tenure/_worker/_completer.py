@@ -33,6 +33,8 @@ from ._ownership import Ownership
 logger = logging.getLogger("tenure.completer")
 
 MAX_BATCH = 500
+# What the database raises for an outcome it cannot store (class 22, or a jsonb too large).
+DATA_ERRORS = (psycopg.DataError, psycopg.errors.ProgramLimitExceeded)
 COMMIT_TIMEOUT = 10.0
 RETRY_PAUSE = 0.2
 
@@ -82,6 +84,7 @@ class Completer:
     async def commit(self, job: ClaimedJob, finish: Finish, ownership: Ownership) -> bool:
         """Queue one fenced outcome and wait for the database's verdict on it."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        ownership.committing = True
         self._queue.put_nowait(_Pending(job, finish, ownership, done))
         return await done
 
@@ -97,13 +100,11 @@ class Completer:
         plain = [p for p in batch if not self._is_stage(p)]
         calls = [self._commit([p], functools.partial(self._commit_stage, p)) for p in staged]
         if plain:
-            finishes = [p.finish for p in plain]
-            calls.append(
-                self._commit(
-                    plain, functools.partial(self._store.finish_many, self._owner, finishes)
-                )
-            )
+            calls.append(self._commit(plain, functools.partial(self._finish_many, plain)))
         await asyncio.gather(*calls)
+
+    async def _finish_many(self, group: list[_Pending]) -> dict[int, bool]:
+        return await self._store.finish_many(self._owner, [p.finish for p in group])
 
     def _is_stage(self, pending: _Pending) -> bool:
         return (
@@ -130,6 +131,9 @@ class Completer:
     ) -> None:
         try:
             verdicts = await asyncio.wait_for(call(), COMMIT_TIMEOUT)
+        except DATA_ERRORS as exc:
+            await self._unstorable(group, call, exc)
+            return
         except Exception as exc:  # the answer never came: uncertain, not rejected
             for pending in group:
                 pending.uncertain = True
@@ -150,11 +154,62 @@ class Completer:
         for pending in group:
             await self._settle(pending, verdicts.get(pending.job.id, False))
 
+    async def _unstorable(
+        self,
+        group: list[_Pending],
+        call: Callable[[], Awaitable[dict[int, bool]]],
+        exc: Exception,
+    ) -> None:
+        """The database refused the data of one outcome (text it cannot store, a number
+        out of range): a verdict on that row alone, never on the batch, and never a
+        reason to retry the same statement until the lease runs out.
+
+        A batch is split and each outcome committed on its own; a single outcome the
+        database cannot store becomes a ``bad_result`` failure that names the database's
+        error class only, which is stored, so the job ends instead of looping.
+        """
+        if len(group) > 1:
+            await asyncio.gather(
+                *(self._commit([p], functools.partial(self._finish_many, [p])) for p in group)
+            )
+            return
+        (pending,) = group
+        finish = pending.finish
+        if finish.error is not None and finish.error.get("code") == "bad_result":
+            await self._settle(pending, False)  # even the plain failure was refused
+            return
+        pending.finish = Finish(
+            finish.job_id,
+            finish.token,
+            "failed",
+            error={
+                "code": "bad_result",
+                "type": type(exc).__name__,
+                "message": f"the database could not store this outcome ({finish.state})",
+            },
+        )
+        log_event(
+            logger,
+            "commit_unstorable",
+            level=logging.WARNING,
+            job=pending.job,
+            worker=self._owner,
+            outcome=finish.state,
+            error=type(exc).__name__,
+        )
+        retry = (
+            functools.partial(self._commit_stage, pending)
+            if self._is_stage(pending)
+            else functools.partial(self._finish_many, group)
+        )
+        await self._commit(group, retry)
+
     async def _settle(self, pending: _Pending, accepted: bool) -> None:
         if not accepted and pending.uncertain:
             accepted = await self._landed_earlier(pending)
         kind = pending.finish.state if accepted else "result_rejected"
         if not accepted:
+            pending.ownership.committing = False
             log_event(
                 logger,
                 "result_rejected",

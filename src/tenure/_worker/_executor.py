@@ -14,7 +14,9 @@ import contextlib
 import contextvars
 import functools
 import heapq
+import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,19 +27,34 @@ from .._errors import (
     OutcomeUnknown,
     OwnershipError,
     OwnershipUnknown,
-    PayloadError,
     PermanentError,
     RetryableError,
     StaleFence,
 )
+from .._log import log_event
 from .._payload import MAX_RESULT_BYTES, encode
 from .._pipeline._model import Verdict
 from .._registry import ToolSpec
 from .._store._store import ClaimedJob, Finish
 
+logger = logging.getLogger("tenure.worker")
+
 
 class TimeLimitExceeded(Exception):
     """A tool ran past its time limit (a threaded one is left to notice ctx.cancelled)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Abandoned:
+    """Nothing may be written for this call: its lease is gone or its job was cancelled.
+
+    ``outcome`` is what the call would have committed (succeeded, queued, failed) when
+    the tool returned or raised anyway — a late result or error the worker discarded —
+    and None when it was stopped before it did.
+    """
+
+    reason: str
+    outcome: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +90,25 @@ def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
         future.set_exception(exc)
 
 
-def _discard(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
+def _discard(ctx: Context, started: float, future: asyncio.Future[Any]) -> None:
+    """A stopped thread's late result or error is nobody's now: journal that one came
+    (kind, token, attempt, never its content), so the operator sees that this attempt
+    produced an outcome that was thrown away."""
+    if future.cancelled():
+        return
+    outcome = "failed" if future.exception() is not None else "succeeded"
+    log_event(
+        logger,
+        "result_discarded",
+        job=ctx.job_id,
+        token=ctx.token,
+        attempt=ctx.attempt,
+        tool=ctx.tool,
+        worker=ctx.worker,
+        reason=ctx.ownership if ctx.ownership != "owned" else "time_limit",
+        outcome=outcome,
+        duration=round(time.monotonic() - started, 3),
+    )
 
 
 class TimeLimits:
@@ -145,11 +178,27 @@ def _uncancel() -> None:
         task.uncancel()
 
 
+def safe_text(value: object, limit: int = 2000) -> str:
+    """``str(value)`` as text PostgreSQL can store, whatever ``value`` does.
+
+    A tool's exception is the tool's: its ``__str__`` may raise, and its message may hold
+    a NUL (jsonb refuses it) or a lone surrogate (not UTF-8). Either would make the fenced
+    commit fail on every attempt and lose the real error; so the text is cut, NULs become
+    U+FFFD and unencodable characters become "?" here, before anything is written.
+    """
+    try:
+        text = str(value)
+    except BaseException:  # a broken __str__ (even one raising SystemExit) must not win
+        text = f"<{type(value).__name__}: str() raised>"
+    text = text[:limit].replace("\x00", "\ufffd")
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _error(code: str, exc: BaseException | None = None) -> dict[str, Any]:
     error: dict[str, Any] = {"code": code}
     if exc is not None:
-        error["type"] = type(exc).__name__
-        error["message"] = str(exc)[:2000]
+        error["type"] = safe_text(type(exc).__name__, 200)
+        error["message"] = safe_text(exc)
     return error
 
 
@@ -178,8 +227,8 @@ class Executor:
 
     async def run(
         self, spec: ToolSpec, ctx: Context, job: ClaimedJob, stop: dict[int, Stopped]
-    ) -> Finish | None:
-        """Run the tool; None means write nothing (the lease is gone or the job cancelled)."""
+    ) -> Finish | Abandoned:
+        """Run the tool and say what to commit, or why nothing may be written."""
         timed_out = False
         try:
             if spec.is_async:
@@ -208,21 +257,51 @@ class Executor:
                 return Finish(
                     job.id, job.token, "queued", refund_attempt=True, error=_error("shutdown")
                 )
-            return None
+            return Abandoned(stopped.reason)
         except Exception as exc:
-            return self._classify(spec, ctx, job, exc)
-        if isinstance(value, Verdict):
-            value = value.as_result()  # a gate's verdict is stored as plain JSON
+            outcome = self._classify(spec, ctx, job, exc)
+            return self._unless_ended(ctx, outcome)
+        except BaseException as exc:
+            # SystemExit, KeyboardInterrupt or GeneratorExit raised by the tool's own code
+            # (cancellation was handled above): a failure of this call, never of the worker.
+            # Left to propagate, it would stop the event loop and hang the whole process.
+            failure = RuntimeError(f"the tool raised {type(exc).__name__}")
+            return self._unless_ended(
+                ctx, self._failure(spec, job, "error", failure, retryable=True)
+            )
+        return self._unless_ended(ctx, self._result(spec, job, value))
+
+    def _result(self, spec: ToolSpec, job: ClaimedJob, value: Any) -> Finish:
+        """The success to commit, or a bad_result failure for a value that cannot be stored
+        (whatever goes wrong while turning it into JSON: the work is done, the answer is
+        not storable, and retrying would only do the work again)."""
         try:
+            if isinstance(value, Verdict):
+                value = value.as_result()  # a gate's verdict is stored as plain JSON
             text = encode(value, "result", MAX_RESULT_BYTES)
-        except PayloadError as exc:
+        except Exception as exc:
             return self._failure(spec, job, "bad_result", exc, retryable=False)
         return Finish(job.id, job.token, "succeeded", result_json=text)
+
+    @staticmethod
+    def _unless_ended(ctx: Context, outcome: Finish | None) -> Finish | Abandoned:
+        """A call that ended after the database refused its owner (its job cancelled, an
+        extension matching zero rows) has no outcome to commit: whatever it produced is
+        discarded here, deterministically, rather than sent to a fenced commit that a
+        race may or may not get to refuse first. Past a merely local deadline, the
+        fenced commit still decides."""
+        status = ctx.ownership
+        if outcome is None:  # the tool stopped itself (LeaseLost, JobCancelled, StaleFence)
+            return Abandoned(status if status != "owned" else "superseded")
+        if ctx._ownership.refused:
+            return Abandoned(status, outcome.state)
+        return outcome
 
     async def _in_thread(self, spec: ToolSpec, ctx: Context, payload: dict[str, Any]) -> Any:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         call = functools.partial(contextvars.copy_context().run, spec.fn, ctx, **payload)
+        started = time.monotonic()
         thread = threading.Thread(
             target=_deliver,
             args=(loop, future, call),
@@ -233,18 +312,20 @@ class Executor:
         try:
             done, _ = await asyncio.wait({future}, timeout=spec.policy.time_limit)
         except BaseException:
-            self._abandon(ctx, future, thread)
+            self._abandon(ctx, future, thread, started)
             raise
         if not done:
-            self._abandon(ctx, future, thread)
+            self._abandon(ctx, future, thread, started)
             raise TimeLimitExceeded(
                 f"{spec.name} ran past its time limit of {spec.policy.time_limit:g} s"
             )
         return future.result()
 
-    def _abandon(self, ctx: Context, future: asyncio.Future[Any], thread: threading.Thread) -> None:
+    def _abandon(
+        self, ctx: Context, future: asyncio.Future[Any], thread: threading.Thread, started: float
+    ) -> None:
         ctx._request_stop()
-        future.add_done_callback(_discard)  # the late result or error is nobody's now
+        future.add_done_callback(functools.partial(_discard, ctx, started))
         if thread.is_alive():
             self._abandoned.add(thread)
 

@@ -177,7 +177,7 @@ class HeartbeatThread:
             max(min(h.heartbeat for h in live), min(left_at_send.values()) / 2, MIN_TIMEOUT),
             MAX_TIMEOUT,
         )
-        sent_at = time.monotonic()
+        failed_at = time.monotonic()
         self.ticks += 1
         self.statements += 1
         try:
@@ -196,13 +196,14 @@ class HeartbeatThread:
                         reason="db_error",
                         error=type(exc).__name__,
                         remaining=round(item.ownership.remaining(), 3),
-                        since_confirmed=round(sent_at - item.ownership.confirmed_at, 3),
+                        since_confirmed=round(failed_at - item.ownership.confirmed_at, 3),
                     )
             return
         by_id = {h.job.id: h for h in live}
         lost: list[Held] = []
         for answer in answers:
             item = by_id[answer.job_id]
+            sent_at = answer.sent_at
             remaining = answer.remaining
             if remaining is None:
                 lost.append(item)
@@ -228,6 +229,14 @@ class HeartbeatThread:
             self._report_lost(lost, timeout)
 
     def _report_lost(self, lost: list[Held], timeout: float) -> None:
+        """Zero rows: lost, unless this very owner ended the job itself meanwhile.
+
+        A heartbeat and the job's own fenced commit can cross: the extension matches
+        zero rows because the commit landed first. That lease was not lost, it was
+        used; so a job whose commit is in flight (or accepted, and not yet released)
+        is looked at again at the next beat: by then it is released, or its commit
+        was refused and the loss is real.
+        """
         try:
             states = self._conn.states([h.job.id for h in lost], timeout)
         except psycopg.Error:
@@ -239,6 +248,8 @@ class HeartbeatThread:
                 continue  # committed or abandoned while the statement was in flight
             if states.get(item.job.id) == "cancelled":
                 self._end(item, "cancelled")
+            elif item.ownership.committing:
+                item.next_beat = time.monotonic() + item.heartbeat / 2
             else:
                 self._end(item, "zero_rows")
 
@@ -283,7 +294,6 @@ class HeartbeatThread:
         already carry them)."""
         if not self._backlog:
             return
-        now = time.monotonic()
         batch = list(self._backlog)
         rows = [
             JournalRow(
@@ -296,9 +306,9 @@ class HeartbeatThread:
                 code=_code(detail),
                 duration_ms=round(since_confirmed * 1000),
                 detail=detail,
-                delay_ms=round((now - queued_at) * 1000),
+                observed_at=observed_at,
             )
-            for kind, item, detail, since_confirmed, queued_at in batch
+            for kind, item, detail, since_confirmed, observed_at in batch
         ]
         try:
             self._conn.record_events(rows, JOURNAL_TIMEOUT)
@@ -319,8 +329,13 @@ class HeartbeatThread:
                 held = list(self._held.values())
             now = time.monotonic()
             for item in held:
-                # a plain read of the deadline: no lock per lease
-                if item.ownership.deadline <= now and item.ownership.status == "lost":
+                # A plain read of the deadline: no lock per lease. A job whose fenced
+                # commit is in flight is left to the commit's verdict.
+                if (
+                    item.ownership.deadline <= now
+                    and not item.ownership.committing
+                    and item.ownership.status == "lost"
+                ):
                     self._end(item, item.ownership.reason or "deadline_passed")
             # Deadlines only move later (confirmations) or arrive with new holds, which
             # wake this thread if they come sooner; so sleep until the earliest one.

@@ -32,6 +32,10 @@ class Ownership:
         # True once lost or cancelled. A plain flag, not a threading.Event: nobody waits on
         # it, and an Event (a Condition and a lock) per job was a tenth of a busy worker.
         self.ended = False
+        # True from the moment the job's fenced commit is sent until the database refused
+        # it (it stays True once accepted): a heartbeat that matches zero rows meanwhile
+        # crossed our own commit, and is no sign of a lost lease.
+        self.committing = False
 
     @property
     def status(self) -> Status:
@@ -48,6 +52,15 @@ class Ownership:
     @property
     def reason(self) -> str:
         return self._reason
+
+    @property
+    def refused(self) -> bool:
+        """The database itself said so: the job was cancelled, or an extension matched
+        zero rows. (A local deadline that passed is a conservative guess: there, the
+        fenced commit is left to decide.)"""
+        return self._status == "cancelled" or (
+            self._status == "lost" and self._reason == "zero_rows"
+        )
 
     def remaining(self) -> float:
         """Seconds of lease this worker may still count on (never negative)."""

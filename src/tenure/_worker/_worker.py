@@ -37,7 +37,7 @@ from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
 from .._store._store import CONNECT_OPTIONS, LISTEN, ClaimedJob, Store
 from ._completer import Completer
-from ._executor import Executor, Stopped
+from ._executor import Abandoned, Executor, Stopped
 from ._heartbeat import HeartbeatThread, Held
 from ._ownership import Ownership
 
@@ -116,6 +116,7 @@ class Worker:
         self._stop_reasons: dict[int, Stopped] = {}
         self._wake = asyncio.Event()
         self._look_again_at = 0.0  # when an idle claim loop next asks for the next expiry
+        self._expired_streak = 0  # expiries found already past with nothing to claim after
         self._stopping = asyncio.Event()
         self._loop_seen = time.monotonic()
         self.counts: Counter[str] = Counter()
@@ -154,7 +155,7 @@ class Worker:
         scheduler = Scheduler(
             store, list(self.app.schedules.values()), self.app._schedule_job, self._scheduler_config
         )
-        job_pruner = JobPruner(store, self._job_pruner_config)
+        job_pruner = JobPruner(store, list(self._lease_ms), self._job_pruner_config)
         keeper = StatisticsKeeper(store, self._statistics)
         background = [
             asyncio.create_task(self._pulse(), name="tenure-pulse"),
@@ -228,7 +229,6 @@ class Worker:
             free = self.concurrency - len(self._active) - executor.stuck
             if free > 0:
                 asked = min(free, self.claim_batch)
-                sent_at = time.monotonic()
                 try:
                     jobs = await store.claim(
                         self.name, self._lease_ms, asked, limited=self._limited
@@ -243,12 +243,14 @@ class Worker:
                     )
                     jobs = []
                 for n, job in enumerate(jobs, 1):
-                    self._start(job, sent_at, heartbeat, executor, completer)
+                    self._start(job, heartbeat, executor, completer)
                     if n % START_SLICE == 0:
                         # Let the loop breathe: a claim of 1,000 starting at once would
                         # stall it past a heartbeat, and the observer would then withhold
                         # every lease the process holds.
                         await asyncio.sleep(0)
+                if jobs:
+                    self._expired_streak = 0
                 if len(jobs) == asked:
                     continue  # there may be more waiting
             wait = await self._idle_wait(store) if free > 0 else self.poll_interval
@@ -262,28 +264,41 @@ class Worker:
         worker's lease runs out if that comes first. No NOTIFY announces an expiry (the
         holder may be dead), so without this a crashed worker's job would wait up to a
         whole poll interval past its lease. The database is asked again only once the
-        expiry it named (or a poll interval) has passed, not on every wake-up."""
+        expiry it named (or a poll interval) has passed, not on every wake-up.
+
+        An expiry already past means "claim now": the lease ended between our claim and
+        this question. If claims keep finding nothing behind such an expiry (a keyed job
+        at its limit, a last attempt the rescuer is about to fail), the next looks back
+        off, so the loop never spins.
+        """
         now = time.monotonic()
         if now >= self._look_again_at:
             try:
                 seconds = await store.next_expiry(self.name, list(self._lease_ms))
             except psycopg.Error:
                 seconds = None
-            # None or past: nothing ahead that is ours to take (an expired lease not
-            # claimed just now is on its last attempt, or a keyed job at its limit).
-            ahead = self.poll_interval if seconds is None or seconds <= 0 else seconds
-            self._look_again_at = now + min(self.poll_interval, ahead + EXPIRY_SLACK)
+            # The answer's clock: after it arrived, so a slow answer never wakes us early.
+            now = time.monotonic()
+            if seconds is None:
+                ahead = self.poll_interval
+            elif seconds > 0:
+                ahead = seconds + EXPIRY_SLACK
+            else:
+                streak = self._expired_streak
+                ahead = 0.0 if streak == 0 else EXPIRY_SLACK * 2**streak
+                self._expired_streak = min(streak + 1, 16)
+            self._look_again_at = now + min(self.poll_interval, ahead)
         return max(0.0, min(self.poll_interval, self._look_again_at - now))
 
     def _start(
         self,
         job: ClaimedJob,
-        sent_at: float,
         heartbeat: HeartbeatThread,
         executor: Executor,
         completer: Completer,
     ) -> None:
         spec = self.app.tools[job.tool]
+        sent_at = job.sent_at
         lease_remaining = job.lease_remaining
         ownership = Ownership(sent_at, lease_remaining)
         ctx = Context(
@@ -343,7 +358,7 @@ class Worker:
                 time_limit=policy.time_limit,
                 started_at=sent_at,
                 is_alive=self._observer(task, policy.lease.heartbeat),
-                on_end=functools.partial(self._interrupt_threadsafe, loop, job.id),
+                on_end=functools.partial(self._interrupt_threadsafe, loop, job.id, ownership),
             )
         )
         task.add_done_callback(lambda _: self._finished(job.id, heartbeat))
@@ -360,15 +375,15 @@ class Worker:
         self._wake.set()
 
     def _interrupt_threadsafe(
-        self, loop: asyncio.AbstractEventLoop, job_id: int, reason: str
+        self, loop: asyncio.AbstractEventLoop, job_id: int, ownership: Ownership, reason: str
     ) -> None:
         """Called from the heartbeat thread: the loop cancels the task when it can."""
-        loop.call_soon_threadsafe(self._interrupt, job_id, reason)
+        loop.call_soon_threadsafe(self._interrupt, job_id, ownership, reason)
 
-    def _interrupt(self, job_id: int, reason: str) -> None:
+    def _interrupt(self, job_id: int, ownership: Ownership, reason: str) -> None:
         task = self._active.get(job_id)
-        if task is None or task.done():
-            return
+        if task is None or task.done() or ownership.committing:
+            return  # the call is over; its commit, in flight, gets the database's verdict
         self._stop_reasons[job_id] = Stopped("cancelled" if reason == "cancelled" else "lease_lost")
         self.counts["cancelled" if reason == "cancelled" else "lease_lost"] += 1
         task.cancel()
@@ -387,15 +402,30 @@ class Worker:
             finish = await executor.run(spec, ctx, job, self._stop_reasons)
         except asyncio.CancelledError:
             return  # the worker itself is going down hard; the lease will expire
-        if finish is None:
+        if isinstance(finish, Abandoned):
+            duration = round(time.monotonic() - started, 3)
+            reason = ownership.reason or finish.reason
             log_event(
                 logger,
                 "call_abandoned",
                 job=job,
                 worker=self.name,
-                reason=ownership.reason or "stopped",
-                duration=round(time.monotonic() - started, 3),
+                reason=reason,
+                duration=duration,
             )
+            if finish.outcome is not None:
+                # What an operator reads must show that this attempt produced an outcome
+                # that was thrown away (never its content), as result_rejected does for
+                # a refused commit.
+                log_event(
+                    logger,
+                    "result_discarded",
+                    job=job,
+                    worker=self.name,
+                    reason=reason,
+                    outcome=finish.outcome,
+                    duration=duration,
+                )
             return
         log_event(
             logger,
@@ -440,4 +470,4 @@ class Worker:
                     error=type(exc).__name__,
                 )
             await asyncio.sleep(pause)
-            pause = min(pause * 2, 5.0)
+            pause = min(pause * 2, 1.0)

@@ -11,18 +11,20 @@
 WITH inserted AS (
     INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts,
                              priority, run_after, payload_hmac, concurrency_key,
-                             concurrency_limit, held, tenant, position)
+                             concurrency_limit, held, tenant, position, retain_ms)
     VALUES (%(tool)s, %(key)s, %(payload)s, %(payload_hash)s, %(max_attempts)s, %(priority)s,
             clock_timestamp() + %(delay_ms)s * interval '1 millisecond', %(payload_hmac)s,
             %(concurrency_key)s, %(concurrency_limit)s, %(concurrency_key)s::text IS NOT NULL,
-            %(tenant)s, tenure_place(%(tenant)s, 1, %(quota)s))
-    ON CONFLICT (idempotency_key) DO NOTHING
+            %(tenant)s, tenure_place(%(tenant)s, 1, %(quota)s), %(retain_ms)s)
+    ON CONFLICT (tenant, idempotency_key) DO NOTHING
     RETURNING *
 )
 SELECT true AS created, * FROM inserted
 
 -- name: job_by_key
-SELECT false AS created, * FROM tenure_jobs WHERE idempotency_key = %(key)s
+-- Keys are unique per tenant: another tenant's job under the same key is never seen.
+SELECT false AS created, * FROM tenure_jobs
+WHERE tenant = %(tenant)s AND idempotency_key = %(key)s
 
 -- name: enqueue_many
 -- One tenant per batch: its places are taken (and its quota checked) once, for the whole
@@ -32,19 +34,20 @@ WITH first AS MATERIALIZED (
 )
 INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts, priority,
                          payload_hmac, concurrency_key, concurrency_limit, held, tenant,
-                         position)
+                         position, retain_ms)
 SELECT u.tool, u.idempotency_key, u.payload, u.payload_hash, u.max_attempts, u.priority,
        u.payload_hmac, u.concurrency_key, u.concurrency_limit, u.concurrency_key IS NOT NULL,
-       %(tenant)s, first.position + u.n - 1
+       %(tenant)s, first.position + u.n - 1, u.retain_ms
 FROM first,
      unnest(%(tools)b::text[], %(keys)b::text[], %(payloads)b::jsonb[],
             %(payload_hashes)b::text[], %(max_attempts)b::integer[],
             %(priorities)b::smallint[], %(payload_hmacs)b::text[],
-            %(concurrency_keys)b::text[], %(concurrency_limits)b::integer[])
+            %(concurrency_keys)b::text[], %(concurrency_limits)b::integer[],
+            %(retains_ms)b::bigint[])
          WITH ORDINALITY
     AS u(tool, idempotency_key, payload, payload_hash, max_attempts, priority, payload_hmac,
-         concurrency_key, concurrency_limit, n)
-ON CONFLICT (idempotency_key) DO NOTHING
+         concurrency_key, concurrency_limit, retain_ms, n)
+ON CONFLICT (tenant, idempotency_key) DO NOTHING
 
 -- name: claim
 WITH policy AS (
@@ -176,6 +179,8 @@ WITH outcome AS (
                          THEN clock_timestamp() + o.delay_ms * interval '1 millisecond'
                          ELSE j.run_after END,
         finished_at = CASE WHEN o.state = 'queued' THEN NULL ELSE clock_timestamp() END,
+        prune_after = CASE WHEN o.state = 'queued' THEN NULL
+                           ELSE clock_timestamp() + j.retain_ms * interval '1 millisecond' END,
         updated_at = clock_timestamp()
     FROM decided o
     WHERE j.id = o.id
@@ -233,6 +238,7 @@ SELECT * FROM tenure_events WHERE job_id = %(job_id)s ORDER BY id
 WITH cancelled AS (
     UPDATE tenure_jobs
     SET state = 'cancelled', lease_until = NULL, finished_at = clock_timestamp(),
+        prune_after = clock_timestamp() + retain_ms * interval '1 millisecond',
         updated_at = clock_timestamp(),
         error = jsonb_build_object('code', 'cancelled', 'message', 'cancelled by an operator')
     WHERE id = %(id)s AND state IN ('queued', 'running')
@@ -253,7 +259,7 @@ SELECT * FROM cancelled
 -- name: retry_job
 WITH retried AS (
     UPDATE tenure_jobs
-    SET state = 'queued', run_after = clock_timestamp(), finished_at = NULL,
+    SET state = 'queued', run_after = clock_timestamp(), finished_at = NULL, prune_after = NULL,
         max_attempts = GREATEST(max_attempts, attempt + 1), updated_at = clock_timestamp()
     WHERE id = %(id)s AND state IN ('failed', 'cancelled')
     RETURNING *
@@ -278,6 +284,7 @@ WITH clock AS (
 ), failed AS (
     UPDATE tenure_jobs j
     SET state = 'failed', lease_until = NULL, finished_at = clock_timestamp(),
+        prune_after = clock_timestamp() + j.retain_ms * interval '1 millisecond',
         updated_at = clock_timestamp(),
         error = jsonb_build_object('code', 'lease_expired',
                                    'message', 'the lease expired on the last allowed attempt')

@@ -33,18 +33,34 @@ WHERE s.last_slot < excluded.last_slot
 RETURNING s.name
 
 -- name: prune_jobs
--- Terminal jobs finished before the retention period, oldest first, in one bounded batch, and
--- the concurrency slots they held.
--- `(SELECT clock_timestamp())` is evaluated once, so it can bound the tenure_jobs_finished scan.
+-- One bounded batch of terminal jobs of these tools whose own retention has passed, and the
+-- concurrency slots they held. Each tool's expired jobs come from tenure_jobs_prune in
+-- prune_after order (`(SELECT clock_timestamp())` is evaluated once, so it bounds the scan).
+-- Only the ending statement sets prune_after, and only on a terminal job.
 WITH doomed AS (
     SELECT j.id FROM tenure_jobs j
-    WHERE j.finished_at < (SELECT clock_timestamp()) - %(retention_ms)s * interval '1 millisecond'
-      AND j.state IN ('succeeded', 'failed', 'cancelled')
-    ORDER BY j.finished_at
+    WHERE j.tool = ANY(%(tools)s::text[])
+      AND j.prune_after < (SELECT clock_timestamp())
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     -- An array, so the delete goes by primary key whatever the planner thinks of the batch.
+    DELETE FROM tenure_jobs j WHERE j.id = ANY(ARRAY(SELECT d.id FROM doomed d))
+    RETURNING j.id, j.concurrency_key
+), slots AS (
+    DELETE FROM tenure_concurrency_slots s USING deleted d
+    WHERE s.concurrency_key = d.concurrency_key AND s.job_id = d.id
+)
+SELECT count(*) AS n FROM deleted
+
+-- name: prune_all_jobs
+-- The same for every application's jobs (a pruner configured with scope "all").
+WITH doomed AS (
+    SELECT j.id FROM tenure_jobs j
+    WHERE j.prune_after < (SELECT clock_timestamp())
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
     DELETE FROM tenure_jobs j WHERE j.id = ANY(ARRAY(SELECT d.id FROM doomed d))
     RETURNING j.id, j.concurrency_key
 ), slots AS (

@@ -64,11 +64,11 @@ LIMIT %(limit)s
 
 -- name: notable_events
 -- The dashboard's ownership feed. The predicate repeats tenure_events_notable's (migration
--- 0002) so that the planner can prove the partial index applies.
+-- 0006) so that the planner can prove the partial index applies.
 SELECT id, at, kind, job_id, token, attempt, worker, tool, code, duration_ms, detail
 FROM tenure_events
-WHERE kind IN ('lease_expired', 'heartbeat_lost', 'result_rejected', 'ownership_unknown',
-               'stale_fence_rejected', 'cancelled', 'retry_requested')
+WHERE kind IN ('lease_expired', 'heartbeat_lost', 'result_rejected', 'result_discarded',
+               'ownership_unknown', 'stale_fence_rejected', 'cancelled', 'retry_requested')
 ORDER BY id DESC
 LIMIT %(limit)s
 

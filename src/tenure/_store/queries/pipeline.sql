@@ -60,6 +60,7 @@ WITH owned AS (
         error = %(error)s::jsonb,
         lease_until = NULL,
         finished_at = clock_timestamp(),
+        prune_after = clock_timestamp() + j.retain_ms * interval '1 millisecond',
         updated_at = clock_timestamp()
     WHERE %(mode)s::text = 'commit'
       AND j.id = %(job_id)s::bigint
@@ -114,7 +115,7 @@ WITH owned AS (
                              priority)
     SELECT i.tool, i.job_key, i.payload, i.payload_hash, i.max_attempts, i.priority
     FROM incoming i WHERE i.state = 'open'
-    ON CONFLICT (idempotency_key) DO NOTHING
+    ON CONFLICT (tenant, idempotency_key) DO NOTHING
     RETURNING id, tool, idempotency_key, payload_hmac
 ), placed AS (
     INSERT INTO tenure_run_stages AS s (run_id, name, round, kind, state, arrived, tool,
@@ -125,7 +126,8 @@ WITH owned AS (
            i.max_attempts, coalesce(d.id, earlier.id)
     FROM incoming i
     LEFT JOIN dispatched d ON d.idempotency_key = i.job_key
-    LEFT JOIN tenure_jobs earlier ON earlier.idempotency_key = i.job_key AND i.state = 'open'
+    LEFT JOIN tenure_jobs earlier
+        ON earlier.tenant = '' AND earlier.idempotency_key = i.job_key AND i.state = 'open'
     ON CONFLICT (run_id, name, round) DO UPDATE
     SET state = EXCLUDED.state, arrived = EXCLUDED.arrived, tool = EXCLUDED.tool,
         job_key = EXCLUDED.job_key, payload = EXCLUDED.payload,
@@ -145,6 +147,7 @@ WITH owned AS (
 ), stopped_jobs AS (
     UPDATE tenure_jobs j
     SET state = 'cancelled', lease_until = NULL, finished_at = clock_timestamp(),
+        prune_after = clock_timestamp() + j.retain_ms * interval '1 millisecond',
         updated_at = clock_timestamp(),
         error = jsonb_build_object('code', 'run_ended',
                                    'message', 'the run ended before this stage did')
