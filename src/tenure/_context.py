@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from ._worker._ownership import Ownership
 
 if TYPE_CHECKING:
     from .fence import FencedAuth
+    from .fence._signing import SentRequest
 
 
 class Context:
@@ -63,13 +64,17 @@ class Context:
             )
         return f"{self.fence_scope}:{operation}"
 
-    def fence_headers(self, operation: str) -> dict[str, str]:
-        """Idempotency-Key, X-Execution-Fence, X-Fence-Scope (and a signature if keyed)."""
+    def fence_headers(self, operation: str, **request: Unpack[SentRequest]) -> dict[str, str]:
+        """Idempotency-Key, X-Execution-Fence, X-Fence-Scope (and a signature if keyed).
+
+        With a signing key the signature covers the request too, so ``method``,
+        ``path`` (the URL as sent) and ``body`` (the exact bytes) are required;
+        ``http_auth(op)`` reads them from the request for you.
+        """
         from .fence import fence_headers
 
-        return fence_headers(
-            self.fence_scope, self.token, self.idempotency_key(operation), self._signing_key
-        )
+        key = self.idempotency_key(operation)
+        return fence_headers(self.fence_scope, self.token, key, self._signing_key, **request)
 
     def http_auth(self, operation: str) -> FencedAuth:
         """An httpx auth that adds the fence headers and checks ownership before sending."""

@@ -62,7 +62,16 @@ class _Receiver:
         self.dsn = dsn
         self.log = log
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tenure.examples.case_service", "--dsn", dsn, "--port", "0"],
+            [
+                sys.executable,
+                "-m",
+                "tenure.examples.case_service",
+                "--insecure",  # it listens on loopback, for the demo's own workers only
+                "--dsn",
+                dsn,
+                "--port",
+                "0",
+            ],
             env={**os.environ, "RECEIVER_DECISION_LOG": str(log)},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -124,8 +124,14 @@ def _post(
                 client = stack.enter_context(httpx.Client(timeout=_timeout()))
             if checked:
                 response = client.post(url, json=body, auth=ctx.http_auth(operation))
-            else:
-                response = client.post(url, json=body, headers=ctx.fence_headers(operation))
+            else:  # the bare headers, signed (if keyed) over this very request
+                request = client.build_request("POST", url, json=body)
+                request.headers.update(
+                    ctx.fence_headers(
+                        operation, method="POST", path=str(request.url), body=request.content
+                    )
+                )
+                response = client.send(request)
     except OwnershipError as exc:
         return {"at": at, "error": type(exc).__name__, "detail": str(exc)}
     except httpx.TimeoutException as exc:  # outcome unknown: it may have been applied

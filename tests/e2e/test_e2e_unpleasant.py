@@ -349,10 +349,13 @@ def test_signed_tokens_end_to_end_and_a_forged_token_cannot_lock_out_the_new_own
         assert highest_token(stage.receiver_dsn, scope) == t1
         body = {"title": case_title("retry", 1)}  # the very request the owners send
         with httpx.Client(base_url=receiver.url, timeout=10) as client:
+            sent = client.build_request("POST", "/cases", json=body)
+            request = {"method": sent.method, "path": str(sent.url), "body": sent.content}
+            honest = fence_headers(scope, t1, key, SECRET, **request)
             for headers in (
-                fence_headers(scope, 2**62, key, b"not-the-secret"),  # forged signature
+                fence_headers(scope, 2**62, key, b"not-the-secret", **request),  # forged
                 fence_headers(scope, 2**62, key),  # unsigned
-                {**fence_headers(scope, t1, key, SECRET), "X-Execution-Fence": str(2**62)},
+                {**honest, "X-Execution-Fence": str(2**62)},  # a real signature, tampered
             ):
                 forged.append(client.post("/cases", json=body, headers=headers))
         assert highest_token(stage.receiver_dsn, scope) == t1  # the mark did not move

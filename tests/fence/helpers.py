@@ -1,8 +1,9 @@
-"""Helpers of the receiver-kit tests: unique names, row counts, real receiver processes.
+"""Helpers of the receiver-kit tests: unique names, row counts, real receivers.
 
 ``Receivers.start`` runs the example case service as a real subprocess
 (uvicorn on 127.0.0.1) and waits for the URL it prints, so a test can kill
-and restart a receiver exactly as an operator would.
+and restart a receiver exactly as an operator would. ``serve`` runs an ASGI
+app under uvicorn in a thread, for tests that build their own app.
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import uvicorn
 from tests.support.waiting import wait_until
 
 import tenure.fence
@@ -52,6 +57,32 @@ def count_rows(dsn: str, table: str, key: str) -> int:
         row = conn.execute(query, (key,)).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def fence_tables(dsn: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Every row of the kit's two tables, in key order: equal before and after = nothing changed."""
+    with psycopg.connect(dsn) as conn:
+        scopes = conn.execute("SELECT * FROM tenure_fence_scopes ORDER BY scope").fetchall()
+        requests = conn.execute(
+            "SELECT * FROM tenure_fence_requests ORDER BY idempotency_key"
+        ).fetchall()
+    return scopes, requests
+
+
+@contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """Run ``app`` under uvicorn in a thread on a free loopback port; yield its URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started or not thread.is_alive(), message="uvicorn never started")
+        assert server.started, "uvicorn exited during startup"
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 @dataclass
@@ -119,6 +150,8 @@ class Receivers:
         if secret is not None:
             env["CASE_SERVICE_TEST_SECRET"] = secret.decode()
             args += ["--secret-env", "CASE_SERVICE_TEST_SECRET"]
+        else:
+            args += ["--insecure"]
         with stdout.open("wb") as out, stderr.open("wb") as err:
             process = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=out, stderr=err)
 

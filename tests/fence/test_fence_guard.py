@@ -13,18 +13,22 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from tests.fence.helpers import REPO_ROOT, count_rows, unique
 from tests.support.waiting import wait_until, wait_until_async
 
-from tenure._errors import StaleFence
+from tenure._errors import ConfigError, StaleFence
 from tenure.fence import (
+    FINAL_STATUSES,
     BadSignature,
+    FenceConfigError,
     FenceGuard,
     FingerprintMismatch,
     MalformedFence,
+    RequestDigest,
     RequestInProgress,
     StoredResponse,
     SyncFenceGuard,
@@ -33,7 +37,7 @@ from tenure.fence import (
     sign_fence,
 )
 from tenure.fence._schema import QUERIES
-from tenure.fence._signing import MAX_TOKEN
+from tenure.fence._signing import MAX_TOKEN, sign_fence_v1
 
 pytestmark = pytest.mark.storage
 
@@ -44,13 +48,13 @@ DUPLICATES = 20
 
 @pytest.fixture
 async def guard(fence_dsn: str) -> AsyncIterator[FenceGuard]:
-    async with FenceGuard(fence_dsn, max_connections=DUPLICATES + 5) as opened:
+    async with FenceGuard(fence_dsn, insecure=True, max_connections=DUPLICATES + 5) as opened:
         yield opened
 
 
 @pytest.fixture
 def sync_guard(fence_dsn: str) -> Iterator[SyncFenceGuard]:
-    with SyncFenceGuard(fence_dsn, max_connections=DUPLICATES + 5) as opened:
+    with SyncFenceGuard(fence_dsn, insecure=True, max_connections=DUPLICATES + 5) as opened:
         yield opened
 
 
@@ -335,7 +339,7 @@ async def test_a_duplicate_waiting_past_the_lock_timeout_gets_in_progress(
 
     leader = asyncio.create_task(slow_first())
     await asyncio.wait_for(first_inside.wait(), timeout=10)
-    async with FenceGuard(fence_dsn, lock_timeout=0.2) as impatient:
+    async with FenceGuard(fence_dsn, insecure=True, lock_timeout=0.2) as impatient:
         with pytest.raises(RequestInProgress):
             await apply(impatient, scope, 2, key)
         let_go.set()
@@ -343,41 +347,93 @@ async def test_a_duplicate_waiting_past_the_lock_timeout_gets_in_progress(
         assert await apply(impatient, scope, 2, key) == StoredResponse(201, b"done", ())
 
 
+def signed(token: int, key: str, scope: str, secret: bytes = SECRET) -> str:
+    """A v2 signature over the request every signed test here sends."""
+    return sign_fence(secret, scope, token, key, method="POST", path="/cases", body=b"{}")
+
+
+SENT = RequestDigest.from_url("POST", "/cases", b"{}")
+
+
+def honestly(guard: FenceGuard, scope: str, key: str, token: int = 3) -> Any:
+    """``guard.fenced(...)`` for a request signed by its rightful owner."""
+    signature = signed(token, key, scope)
+    return guard.fenced(
+        scope=scope, token=token, key=key, fingerprint="fp", signature=signature, digest=SENT
+    )
+
+
 async def test_a_signed_guard_checks_signatures_before_the_high_water_mark(
     fence_dsn: str,
 ) -> None:
     scope = unique()
     key = f"{scope}:op"
-    async with FenceGuard(fence_dsn, secret=SECRET) as signed:
+    async with FenceGuard(fence_dsn, secret=SECRET) as guard:
         forged = [
             None,  # unsigned
-            "v1=" + "0" * 64,  # made up
-            sign_fence(b"another-secret", scope, MAX_TOKEN, key),  # wrong secret
-            sign_fence(SECRET, scope, 3, key),  # a real signature, replayed with a bigger token
+            "v2=" + "0" * 64,  # made up
+            signed(MAX_TOKEN, key, scope, b"another-secret"),  # wrong secret
+            signed(3, key, scope),  # a real signature, replayed with a bigger token
+            sign_fence_v1(SECRET, scope, MAX_TOKEN, key),  # the old format, refused by default
         ]
         for signature in forged:
             with pytest.raises(BadSignature):
-                async with signed.fenced(
-                    scope=scope, token=MAX_TOKEN, key=key, fingerprint="fp", signature=signature
+                async with guard.fenced(
+                    scope=scope,
+                    token=MAX_TOKEN,
+                    key=key,
+                    fingerprint="fp",
+                    signature=signature,
+                    digest=SENT,
                 ):
                     pass
-        assert await signed.highest_token(scope) is None  # nobody is locked out
-        async with signed.fenced(
-            scope=scope,
-            token=3,
-            key=key,
-            fingerprint="fp",
-            signature=sign_fence(SECRET, scope, 3, key),
-        ) as slot:
+        assert await guard.highest_token(scope) is None  # nobody is locked out
+        async with honestly(guard, scope, key) as slot:
             slot.complete(201, b"honest")
-        assert await signed.highest_token(scope) == 3
+        assert await guard.highest_token(scope) == 3
+        with pytest.raises(FenceConfigError, match="method, path and body"):
+            async with guard.fenced(  # a receiver that does not hand the request over
+                scope=scope, token=3, key=key, fingerprint="fp", signature=signed(3, key, scope)
+            ):
+                pass
 
     async with FenceGuard(fence_dsn, secret=[b"new-secret", SECRET]) as rotating:
-        old = sign_fence(SECRET, scope, 3, key)
-        async with rotating.fenced(
-            scope=scope, token=3, key=key, fingerprint="fp", signature=old
-        ) as slot:
+        async with honestly(rotating, scope, key) as slot:
             assert slot.replay is not None and slot.replay.body == b"honest"
+
+
+async def test_v1_signatures_pass_only_through_the_upgrade_window(fence_dsn: str) -> None:
+    scope = unique()
+    key = f"{scope}:op"
+    old = sign_fence_v1(SECRET, scope, 4, key)
+    async with FenceGuard(fence_dsn, secret=SECRET) as strict:
+        with pytest.raises(BadSignature, match="v1 signatures"):
+            async with strict.fenced(
+                scope=scope, token=4, key=key, fingerprint="fp", signature=old, digest=SENT
+            ):
+                pass
+    async with FenceGuard(fence_dsn, secret=SECRET, accept_v1_signatures=True) as upgrading:
+        async with upgrading.fenced(
+            scope=scope, token=4, key=key, fingerprint="fp", signature=old, digest=SENT
+        ) as slot:
+            slot.complete(201, b"from an old sender")
+        assert await upgrading.highest_token(scope) == 4
+
+
+@pytest.mark.parametrize("guard_class", [FenceGuard, SyncFenceGuard])
+def test_a_guard_without_a_secret_must_say_insecure(guard_class: type[Any]) -> None:
+    with pytest.raises(FenceConfigError, match="insecure=True") as refused:
+        guard_class("dbname=unused")
+    assert isinstance(refused.value, ConfigError) and isinstance(refused.value, ValueError)
+    assert "forged" in str(refused.value)  # it says why
+    assert guard_class("dbname=unused", insecure=True).signed is False
+    assert guard_class("dbname=unused", secret=SECRET).signed is True
+    with pytest.raises(FenceConfigError, match="contradict"):
+        guard_class("dbname=unused", secret=SECRET, insecure=True)
+    with pytest.raises(FenceConfigError, match="needs a secret"):
+        guard_class("dbname=unused", insecure=True, accept_v1_signatures=True)
+    with pytest.raises(FenceConfigError, match="insecure=True"):
+        guard_class("dbname=unused", insecure=1)  # only True itself says it
 
 
 async def test_invalid_requests_are_refused_before_the_database(guard: FenceGuard) -> None:
@@ -385,10 +441,69 @@ async def test_invalid_requests_are_refused_before_the_database(guard: FenceGuar
         with pytest.raises(MalformedFence):
             async with guard.fenced(scope="s", token=token, key="k", fingerprint="fp"):
                 pass
-    with pytest.raises(ValueError, match="lock_timeout"):
-        FenceGuard("dbname=unused", lock_timeout=0)
-    with pytest.raises(ValueError, match="non-empty bytes"):
+    with pytest.raises(FenceConfigError, match="lock_timeout"):
+        FenceGuard("dbname=unused", insecure=True, lock_timeout=0)
+    with pytest.raises(FenceConfigError, match="non-empty bytes"):
         FenceGuard("dbname=unused", secret=b"")
+    for never in ({429}, {401}, {408}, {503}, {404, 500}, {199}, {True}):
+        with pytest.raises(FenceConfigError, match="final_statuses"):
+            FenceGuard("dbname=unused", insecure=True, final_statuses=FINAL_STATUSES | never)
+
+
+async def answer(guard: FenceGuard, scope: str, key: str, status: int, **final: bool) -> bool:
+    """Apply the effect, answer ``status``; True if the guard recorded it."""
+    async with guard.fenced(scope=scope, token=5, key=key, fingerprint="fp") as slot:
+        assert slot.replay is None, "a not-final answer was replayed"
+        await slot.conn.execute(INSERT_EFFECT, (key, 5))
+        recorded = slot.complete(status, f"{status}".encode(), **final)
+    return recorded
+
+
+@pytest.mark.parametrize("status", [401, 403, 404, 408, 409, 425, 429, 500, 503])
+async def test_a_not_final_answer_is_released_and_the_next_attempt_applies_the_effect(
+    guard: FenceGuard, fence_dsn: str, status: int
+) -> None:
+    scope = unique()
+    key = f"{scope}:op"
+    for _ in range(2):  # "not now" twice: never replayed, the effect rolled back each time
+        assert await answer(guard, scope, key, status) is False
+        assert await guard.lookup(key) is None
+        assert count_rows(fence_dsn, "fence_test_effects", key) == 0
+    assert await answer(guard, scope, key, 201) is True
+    assert count_rows(fence_dsn, "fence_test_effects", key) == 1
+    assert await apply(guard, scope, 5, key) == StoredResponse(201, b"201", ())
+
+
+async def test_the_application_declares_single_answers_final_or_not(
+    guard: FenceGuard, fence_dsn: str
+) -> None:
+    scope = unique()
+    gone, undone = f"{scope}:gone", f"{scope}:undone"
+    assert await answer(guard, scope, gone, 404, final=True) is True  # it will never exist
+    assert await apply(guard, scope, 5, gone) == StoredResponse(404, b"404", ())
+    assert await answer(guard, scope, undone, 200, final=False) is False  # nothing was done
+    assert await guard.lookup(undone) is None
+    assert count_rows(fence_dsn, "fence_test_effects", undone) == 0
+    async with FenceGuard(
+        fence_dsn, insecure=True, final_statuses=FINAL_STATUSES | {404}
+    ) as lenient:
+        assert await answer(lenient, scope, f"{scope}:missing", 404) is True
+
+
+async def test_a_two_phase_not_final_answer_frees_the_key(guard: FenceGuard) -> None:
+    scope = unique()
+    key = f"{scope}:send_mail"
+    sent: list[str] = []
+    for status in (429, 202):  # the provider said "slow down", then took it
+        async with guard.fenced(
+            scope=scope, token=4, key=key, fingerprint="fp", two_phase=True
+        ) as slot:
+            assert slot.replay is None
+            sent.append(str(status))
+            slot.complete(status, b"")
+        record = await guard.lookup(key)
+        assert (record is None) == (status == 429)
+    assert sent == ["429", "202"]
 
 
 def test_the_sync_guard_makes_the_same_decisions(
@@ -413,6 +528,25 @@ def test_the_sync_guard_makes_the_same_decisions(
             raise OSError("connection reset by the mail server")
     record = sync_guard.lookup(f"{scope}:mail")
     assert record is not None and record.status == "in_progress"
+
+
+@pytest.mark.parametrize("status", [401, 408, 429, 503])
+def test_the_sync_guard_releases_not_final_answers_too(
+    sync_guard: SyncFenceGuard, fence_dsn: str, status: int
+) -> None:
+    scope = unique()
+    key = f"{scope}:op"
+    for answered, recorded in ((status, False), (201, True)):
+        with sync_guard.fenced(scope=scope, token=8, key=key, fingerprint="fp") as slot:
+            assert slot.replay is None
+            slot.conn.execute(INSERT_EFFECT, (key, 8))
+            assert slot.complete(answered, b"") is recorded
+        assert count_rows(fence_dsn, "fence_test_effects", key) == int(recorded)
+    assert apply_sync(sync_guard, scope, 8, key) == StoredResponse(201, b"", ())
+    with sync_guard.fenced(scope=scope, token=8, key=f"{scope}:x", fingerprint="fp") as slot:
+        slot.final = True  # as a handler behind the middleware declares it
+        assert slot.complete(status, b"") is True
+    assert sync_guard.lookup(f"{scope}:x") is not None
 
 
 def test_migrations_are_idempotent(fence_dsn: str) -> None:

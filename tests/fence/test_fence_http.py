@@ -9,15 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
-from tests.fence.helpers import Receivers, count_rows, unique
+from tests.fence.helpers import Receivers, count_rows, fence_tables, unique
 from tests.support.waiting import wait_until
 
 from tenure._errors import OwnershipUnknown
-from tenure.fence import SIGNATURE_HEADER, FencedAuth, SyncFenceGuard, fence_headers
+from tenure.examples import case_service
+from tenure.fence import (
+    FENCE_HEADER,
+    KEY_HEADER,
+    SCOPE_HEADER,
+    SIGNATURE_HEADER,
+    FenceConfigError,
+    FencedAuth,
+    SyncFenceGuard,
+    fence_headers,
+)
 from tenure.fence._signing import MAX_TOKEN
 
 pytestmark = pytest.mark.storage
@@ -39,8 +50,8 @@ class FakeContext:
     def key(self, operation: str) -> str:
         return f"{self.scope}:{operation}"
 
-    def fence_headers(self, operation: str) -> dict[str, str]:
-        return fence_headers(self.scope, self.token, self.key(operation), self.secret)
+    def fence_headers(self, operation: str, **request: Any) -> dict[str, str]:
+        return fence_headers(self.scope, self.token, self.key(operation), self.secret, **request)
 
     def ensure_owned(self) -> None:
         self.checked_at.append(time.monotonic())
@@ -190,16 +201,20 @@ def test_forged_or_unsigned_requests_cannot_lock_out_the_honest_writer(
     with httpx.Client(base_url=receiver.url, timeout=10) as client:
         forged = client.post("/cases", json={"title": "x"}, auth=FencedAuth(attacker, "evil"))
         bare = client.post("/cases", json={"title": "x"}, auth=FencedAuth(unsigned, "evil"))
-        tampered_headers = {**honest.fence_headers("open"), "X-Execution-Fence": str(MAX_TOKEN)}
-        tampered = client.post("/cases", json={"title": "x"}, headers=tampered_headers)
+        sent = {"method": "POST", "path": "/cases", "body": b'{"title":"x"}'}
+        tampered_headers = {
+            **honest.fence_headers("open", **sent),  # type: ignore[arg-type]
+            "X-Execution-Fence": str(MAX_TOKEN),
+        }
+        tampered = client.post("/cases", content=sent["body"], headers=tampered_headers)
         accepted = client.post("/cases", json={"title": "x"}, auth=FencedAuth(honest, "open"))
-    assert SIGNATURE_HEADER in honest.fence_headers("open")
+    assert SIGNATURE_HEADER in honest.fence_headers("open", **sent)  # type: ignore[arg-type]
     for refused in (forged, bare, tampered):
         assert refused.status_code == 403, refused.text
         assert refused.json()["error"] == "bad_signature"
     assert accepted.status_code == 201, accepted.text
     assert count_rows(fence_dsn, "example_cases", honest.key("evil")) == 0
-    with SyncFenceGuard(fence_dsn) as guard:
+    with SyncFenceGuard(fence_dsn, insecure=True) as guard:  # a reader only
         assert guard.highest_token(honest.scope) == 4  # the forged MAX_TOKEN left no mark
     refusals = [d for d in receiver.decisions() if d["decision"] == "bad_signature"]
     assert len(refusals) == 3
@@ -228,3 +243,66 @@ def test_a_restarted_receiver_replays_what_it_applied_before(
     assert [d["decision"] for d in decisions] == ["accepted", "replayed"]
     assert decisions[0]["pid"] != decisions[1]["pid"]
     wait_until(lambda: first_run.process.poll() is not None, message="first run still alive")
+
+
+def test_captured_signed_headers_cannot_carry_another_request(
+    receivers: Receivers, fence_dsn: str
+) -> None:
+    """Headers seen on the wire work for that request only: not on another path, method,
+    query or body — before the honest request arrived, or after it was applied."""
+    receiver = receivers.start(secret=SECRET)
+    honest = FakeContext(token=6, secret=SECRET)
+    captured: list[httpx.Headers] = []
+
+    def wiretap(request: httpx.Request) -> None:
+        captured.append(request.headers)
+
+    title = b'{"title":"Refund"}'
+    payment = b'{"payment_id":"pay_evil","amount_cents":100000}'
+    elsewhere = [
+        ("POST", "/payments/capture", payment),  # another path
+        ("POST", "/cases", b'{"title":"Refund of everything"}'),  # another body
+        ("PUT", "/cases", title),  # another method
+        ("PATCH", "/cases", title),
+        ("POST", "/cases?notify=all", title),  # another query
+    ]
+    with httpx.Client(
+        base_url=receiver.url, timeout=10, event_hooks={"request": [wiretap]}
+    ) as client:
+        # the honest request's headers, captured in flight: signed over POST /cases and its body
+        probe = client.build_request("POST", "/cases", content=title)
+        flow = FencedAuth(honest, "open").auth_flow(probe)
+        fence = {h.lower() for h in (KEY_HEADER, FENCE_HEADER, SCOPE_HEADER, SIGNATURE_HEADER)}
+        stolen = {k: v for k, v in next(flow).headers.items() if k in fence}
+        assert len(stolen) == 4 and stolen[SIGNATURE_HEADER.lower()].startswith("v2=")
+        before = fence_tables(fence_dsn)
+        early = [client.request(m, p, content=b, headers=stolen) for m, p, b in elsewhere]
+        assert fence_tables(fence_dsn) == before  # no mark, no reservation, no response
+        applied = client.post("/cases", content=title, auth=FencedAuth(honest, "open"))
+        assert applied.status_code == 201, applied.text
+        assert {k: captured[-1][k] for k in stolen} == stolen  # it sent the very same fence
+        after_apply = fence_tables(fence_dsn)
+        late = [client.request(m, p, content=b, headers=stolen) for m, p, b in elsewhere]
+        assert fence_tables(fence_dsn) == after_apply  # the stored response did not change
+        again = client.post("/cases", content=title, headers=stolen)
+    for refused in early + late:
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"] == "bad_signature"
+    assert again.status_code == 201 and again.headers["x-idempotent-replay"] == "true"
+    assert count_rows(fence_dsn, "example_cases", honest.key("open")) == 1
+    assert count_rows(fence_dsn, "example_payments", honest.key("open")) == 0
+    with SyncFenceGuard(fence_dsn, insecure=True) as guard:  # a reader only
+        assert guard.highest_token(honest.scope) == 6
+    decisions = [d["decision"] for d in receiver.decisions(honest.key("open"))]
+    assert decisions == ["bad_signature"] * 5 + ["accepted"] + ["bad_signature"] * 5 + ["replayed"]
+
+
+def test_the_example_receiver_refuses_to_start_without_a_secret_or_insecure(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        case_service.main(["--dsn", "dbname=unused", "--port", "0"])
+    assert exited.value.code == 2
+    assert "--secret-env" in capsys.readouterr().err
+    with pytest.raises(FenceConfigError, match="insecure=True"):
+        case_service.create_app("dbname=unused")

@@ -15,15 +15,22 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from tests.fence.helpers import count_rows, unique
+from tests.fence.helpers import count_rows, fence_tables, serve, unique
 from tests.support.waiting import wait_until
 
-from tenure.fence import FenceDecision, FenceGuard, FenceMiddleware, FenceSlot, fence_headers
+from tenure.fence import (
+    FINAL_HEADER,
+    FINAL_STATUSES,
+    FenceDecision,
+    FenceGuard,
+    FenceMiddleware,
+    FenceSlot,
+    fence_headers,
+)
 
 pytestmark = pytest.mark.storage
 
@@ -34,16 +41,23 @@ class Behaviour:
     """What the test app's handler does next; flipped by the test between requests."""
 
     def __init__(self) -> None:
-        self.mode = "ok"  # ok | fail | raise | wait
+        self.mode = "ok"  # ok | fail | raise | answer
+        self.status = 201  # mode "answer": this status, with these declarations
+        self.header: str | None = None  # the X-Fence-Final header's value
+        self.slot_final: bool | None = None  # what the handler sets slot.final to
         self.inside = threading.Event()
         self.let_go = threading.Event()
         self.outside_effects: list[str] = []
 
 
 def build_app(
-    dsn: str, behaviour: Behaviour, decisions: list[FenceDecision], **options: Any
+    dsn: str,
+    behaviour: Behaviour,
+    decisions: list[FenceDecision],
+    guard_options: dict[str, Any],
+    **options: Any,
 ) -> Starlette:
-    guard = FenceGuard(dsn)
+    guard = FenceGuard(dsn, **{"insecure": True, **guard_options})
 
     async def effect(request: Request) -> JSONResponse:
         slot: FenceSlot[Any] = request.scope["tenure.fence"]
@@ -57,6 +71,11 @@ def build_app(
             return JSONResponse({"error": "upstream unavailable"}, status_code=503)
         if behaviour.mode == "raise":
             raise RuntimeError("handler crashed after writing")
+        if behaviour.mode == "answer":
+            if behaviour.slot_final is not None:
+                slot.final = behaviour.slot_final
+            headers = {} if behaviour.header is None else {FINAL_HEADER: behaviour.header}
+            return JSONResponse({"status": behaviour.status}, behaviour.status, headers)
         return JSONResponse({"done": True}, status_code=201)
 
     async def open_endpoint(request: Request) -> JSONResponse:
@@ -79,28 +98,15 @@ def build_app(
     return app
 
 
-@contextmanager
-def serve(app: Starlette) -> Iterator[str]:
-    """Run ``app`` under uvicorn in a thread on a free loopback port; yield its URL."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started or not thread.is_alive(), message="uvicorn never started")
-        assert server.started, "uvicorn exited during startup"
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 @pytest.fixture
 def harness(fence_dsn: str) -> Callable[..., Any]:
     @contextmanager
-    def start(**options: Any) -> Iterator[tuple[str, Behaviour, list[FenceDecision]]]:
+    def start(
+        guard_options: dict[str, Any] | None = None, **options: Any
+    ) -> Iterator[tuple[str, Behaviour, list[FenceDecision]]]:
         behaviour, decisions = Behaviour(), list[FenceDecision]()
-        with serve(build_app(fence_dsn, behaviour, decisions, **options)) as url:
+        app = build_app(fence_dsn, behaviour, decisions, guard_options or {}, **options)
+        with serve(app) as url:
             yield url, behaviour, decisions
 
     return start
@@ -133,6 +139,104 @@ def test_a_5xx_answer_is_sent_but_not_recorded_so_the_retry_applies(
     assert count_rows(fence_dsn, "fence_test_effects", key) == 1
     assert [d.outcome for d in decisions] == ["aborted", "aborted", "accepted", "replayed"]
     assert decisions[1].detail == "RuntimeError"
+
+
+@pytest.mark.parametrize("status", [429, 401, 408, 403, 404, 409])
+def test_a_not_final_answer_is_sent_but_released_so_the_next_attempt_applies(
+    harness: Callable[..., Any], fence_dsn: str, status: int
+) -> None:
+    """A 429 recorded under a key that every attempt repeats would be replayed forever."""
+    scope = unique()
+    key = f"{scope}:op"
+    with harness() as (url, behaviour, decisions):
+        with httpx.Client(base_url=url, timeout=10) as client:
+            behaviour.mode, behaviour.status = "answer", status
+            before = fence_tables(fence_dsn)
+            refused = [client.post("/effect", json={}, headers=fenced(scope, "op")) for _ in "ab"]
+            assert fence_tables(fence_dsn) == before  # not recorded, mark not raised
+            assert count_rows(fence_dsn, "fence_test_effects", key) == 0  # rolled back
+            behaviour.mode = "ok"
+            applied = client.post("/effect", json={}, headers=fenced(scope, "op"))
+            replayed = client.post("/effect", json={}, headers=fenced(scope, "op"))
+    assert [r.status_code for r in refused] == [status, status]
+    assert not any("x-idempotent-replay" in r.headers for r in refused)
+    assert applied.status_code == 201 and "x-idempotent-replay" not in applied.headers
+    assert replayed.headers["x-idempotent-replay"] == "true"
+    assert count_rows(fence_dsn, "fence_test_effects", key) == 1
+    assert [d.outcome for d in decisions] == ["released", "released", "accepted", "replayed"]
+    assert decisions[0].detail == f"the app's {status} is not final; nothing recorded"
+
+
+@pytest.mark.parametrize(
+    ("status", "header", "slot_final", "recorded"),
+    [
+        (404, "true", None, True),  # the header says: this will never exist
+        (404, None, True, True),  # the same through the slot in the scope
+        (503, "TRUE", None, True),  # the outside effect happened, whatever upstream said
+        (201, "false", None, False),  # nothing was done after all
+        (200, None, False, False),
+        (201, "false", False, False),  # both, agreeing
+        (422, None, None, True),  # no word: the guard's statuses decide
+    ],
+)
+def test_a_handler_declares_one_answer_final_or_not(
+    harness: Callable[..., Any],
+    fence_dsn: str,
+    status: int,
+    header: str | None,
+    slot_final: bool | None,
+    recorded: bool,
+) -> None:
+    scope = unique()
+    key = f"{scope}:op"
+    with harness() as (url, behaviour, decisions):
+        behaviour.mode, behaviour.status = "answer", status
+        behaviour.header, behaviour.slot_final = header, slot_final
+        with httpx.Client(base_url=url, timeout=10) as client:
+            first = client.post("/effect", json={}, headers=fenced(scope, "op"))
+            behaviour.mode = "ok"
+            second = client.post("/effect", json={}, headers=fenced(scope, "op"))
+    assert first.status_code == status
+    assert FINAL_HEADER.lower() not in first.headers  # the app's word to the middleware only
+    if recorded:
+        assert second.status_code == status and second.headers["x-idempotent-replay"] == "true"
+        assert FINAL_HEADER.lower() not in second.headers  # nor stored
+        assert [d.outcome for d in decisions] == ["accepted", "replayed"]
+    else:
+        assert second.status_code == 201 and "x-idempotent-replay" not in second.headers
+        assert [d.outcome for d in decisions][1] == "accepted"
+    assert count_rows(fence_dsn, "fence_test_effects", key) == 1
+
+
+@pytest.mark.parametrize(("header", "slot_final"), [("maybe", None), ("true", False)])
+def test_a_garbled_or_contradicted_declaration_is_an_app_error_and_records_nothing(
+    harness: Callable[..., Any], fence_dsn: str, header: str, slot_final: bool | None
+) -> None:
+    scope = unique()
+    with harness() as (url, behaviour, decisions):
+        behaviour.mode, behaviour.status = "answer", 201
+        behaviour.header, behaviour.slot_final = header, slot_final
+        before = fence_tables(fence_dsn)
+        with httpx.Client(base_url=url, timeout=10) as client:
+            response = client.post("/effect", json={}, headers=fenced(scope, "op"))
+    assert response.status_code == 500
+    assert fence_tables(fence_dsn) == before
+    assert count_rows(fence_dsn, "fence_test_effects", f"{scope}:op") == 0
+    assert [(d.outcome, d.detail) for d in decisions] == [("aborted", "RuntimeError")]
+
+
+def test_a_guard_option_makes_more_answers_final(
+    harness: Callable[..., Any], fence_dsn: str
+) -> None:
+    scope = unique()
+    with harness(guard_options={"final_statuses": FINAL_STATUSES | {404}}) as (url, b, decisions):
+        b.mode, b.status = "answer", 404
+        with httpx.Client(base_url=url, timeout=10) as client:
+            first = client.post("/effect", json={}, headers=fenced(scope, "op"))
+            again = client.post("/effect", json={}, headers=fenced(scope, "op"))
+    assert first.status_code == again.status_code == 404
+    assert again.headers["x-idempotent-replay"] == "true"
+    assert [d.outcome for d in decisions] == ["accepted", "replayed"]
 
 
 def test_only_required_paths_demand_a_fence_but_any_fence_is_checked(

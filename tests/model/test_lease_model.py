@@ -68,7 +68,7 @@ class World:
         self.sql.execute(
             "CREATE TABLE IF NOT EXISTS model_effects (key text NOT NULL, token bigint NOT NULL)"
         )
-        self.guard = SyncFenceGuard(dsn, lock_timeout=2.0, max_connections=2)
+        self.guard = SyncFenceGuard(dsn, insecure=True, lock_timeout=2.0, max_connections=2)
         self.guard.open()
 
     def run(self, coro: Any) -> Any:

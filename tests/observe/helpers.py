@@ -72,7 +72,7 @@ class Receiver:
     def __init__(self, dsn: str) -> None:
         migrate_fence(dsn)
         self.observer = FenceObserver(journal_dsn=dsn, receiver="test-receiver")
-        guard = FenceGuard(dsn)
+        guard = FenceGuard(dsn, insecure=True)  # a test receiver on loopback
         observer = self.observer
 
         async def notify(request: Request) -> JSONResponse:

@@ -189,8 +189,8 @@ class _StaleSender:
     def __init__(self, job_id: int, token: int) -> None:
         self.job_id, self.token = job_id, token
 
-    def fence_headers(self, operation: str) -> dict[str, str]:
-        scope = f"tool-job:{self.job_id}"
+    def fence_headers(self, operation: str, **_request: object) -> dict[str, str]:
+        scope = f"tool-job:{self.job_id}"  # unsigned: the request itself need not be covered
         return fence_headers(scope, self.token, f"{scope}:{operation}", None)
 
     def ensure_owned(self) -> None:

@@ -36,6 +36,7 @@ from ._proxy import ChaosProxy
 START_TIMEOUT = 30.0
 EXIT_TIMEOUT = 10.0
 POLL = 0.02
+# Started with --insecure: on loopback, for the harness's own workers only.
 RECEIVER_COMMAND = (sys.executable, "-m", "tenure.examples.case_service")
 _URL = re.compile(r"^(http://127\.0\.0\.1:(\d+))$", re.MULTILINE)
 
@@ -296,7 +297,7 @@ class ReceiverProcess:
         env = {**os.environ, "RECEIVER_DECISION_LOG": str(self.decision_log)}
         with out.open("wb") as stdout, err.open("wb") as stderr:
             self.proc = subprocess.Popen(
-                [*RECEIVER_COMMAND, "--dsn", self.dsn, "--port", "0"],
+                [*RECEIVER_COMMAND, "--dsn", self.dsn, "--port", "0", "--insecure"],
                 cwd=self.cwd or Path.cwd(),
                 env=env,
                 stdin=subprocess.DEVNULL,

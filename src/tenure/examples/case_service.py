@@ -3,9 +3,12 @@
 Run it::
 
     python -m tenure.examples.case_service --dsn "dbname=cases" --port 8080 \\
-        [--secret-env CASE_SERVICE_FENCE_SECRET]
+        (--secret-env CASE_SERVICE_FENCE_SECRET | --insecure)
 
-It prints its URL once it listens on 127.0.0.1. Endpoints:
+It prints its URL once it listens on 127.0.0.1. With ``--secret-env`` the
+guard requires every fence to be signed with that secret (the workers'
+``TENURE_SIGNING_KEY``); ``--insecure`` trusts every caller that can reach the
+loopback port, which is only fit for a demo on one machine. Endpoints:
 
 - ``POST /cases`` ``{"title": "..."}`` → 201, creates a row in ``example_cases``;
 - ``POST /payments/capture`` ``{"payment_id": "...", "amount_cents": 1250}`` → 200,
@@ -183,10 +186,17 @@ async def operation_status(request: Request) -> JSONResponse:
 
 
 def create_app(
-    dsn: str, *, secret: bytes | None = None, decision_log: Path | None = None
+    dsn: str,
+    *,
+    secret: bytes | None = None,
+    insecure: bool = False,
+    decision_log: Path | None = None,
 ) -> Starlette:
-    """The service: fenced POSTs on /cases and /payments, status lookups on /operations."""
-    guard = FenceGuard(dsn, secret=secret)
+    """The service: fenced POSTs on /cases and /payments, status lookups on /operations.
+
+    Either ``secret`` or ``insecure=True`` (FenceConfigError otherwise).
+    """
+    guard = FenceGuard(dsn, secret=secret, insecure=insecure)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -228,8 +238,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tenure.examples.case_service")
     parser.add_argument("--dsn", required=True, help="the service's own PostgreSQL")
     parser.add_argument("--port", type=int, default=8080, help="0 picks a free port")
-    parser.add_argument(
+    trust = parser.add_mutually_exclusive_group(required=True)
+    trust.add_argument(
         "--secret-env", metavar="NAME", help="environment variable holding the fence secret"
+    )
+    trust.add_argument(
+        "--insecure",
+        action="store_true",
+        help="accept unsigned fences from anyone who reaches the port (a local demo only)",
     )
     args = parser.parse_args(argv)
     secret = None
@@ -239,7 +255,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             parser.error(f"environment variable {args.secret_env} is not set or empty")
         secret = value.encode()
     log_path = os.environ.get("RECEIVER_DECISION_LOG")
-    app = create_app(args.dsn, secret=secret, decision_log=Path(log_path) if log_path else None)
+    app = create_app(
+        args.dsn,
+        secret=secret,
+        insecure=args.insecure,
+        decision_log=Path(log_path) if log_path else None,
+    )
     config = uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")
     _AnnouncingServer(config).run()
 

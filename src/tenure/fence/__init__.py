@@ -7,8 +7,9 @@ idempotency key, the request's fingerprint and the response that was sent.
 Receiver::
 
     migrate_fence(dsn)                       # once per start; idempotent
-    guard = FenceGuard(dsn, secret=b"...")   # secret optional; then signatures are required
+    guard = FenceGuard(dsn, secret=b"...")   # or insecure=True behind your own authentication
     app.add_middleware(FenceMiddleware, guard=guard)
+    app.add_middleware(YourAuthentication)   # added last = runs first, before the fence
 
 Sender (a tool with tenure's Context, or any FenceSource)::
 
@@ -26,8 +27,22 @@ Starlette, which a receiver that does not ask for it never loads.
 import typing as _typing
 
 from ._asgi import FenceDecision, FenceMiddleware
-from ._core import FenceSlot, OperationRecord, StoredResponse, fingerprint
-from ._errors import BadSignature, FingerprintMismatch, MalformedFence, RequestInProgress
+from ._core import (
+    FINAL_HEADER,
+    FINAL_STATUSES,
+    TRANSIENT_STATUSES,
+    FenceSlot,
+    OperationRecord,
+    StoredResponse,
+    fingerprint,
+)
+from ._errors import (
+    BadSignature,
+    FenceConfigError,
+    FingerprintMismatch,
+    MalformedFence,
+    RequestInProgress,
+)
 from ._guard import FenceGuard, SyncFenceGuard
 from ._httpx import FencedAuth, FenceSource, raise_for_fence
 from ._schema import migrate_fence
@@ -36,6 +51,7 @@ from ._signing import (
     KEY_HEADER,
     SCOPE_HEADER,
     SIGNATURE_HEADER,
+    RequestDigest,
     fence_headers,
     sign_fence,
     verify_signature,
@@ -49,10 +65,14 @@ _LAZY = frozenset({"FenceObserver"})
 
 __all__ = [
     "FENCE_HEADER",
+    "FINAL_HEADER",
+    "FINAL_STATUSES",
     "KEY_HEADER",
     "SCOPE_HEADER",
     "SIGNATURE_HEADER",
+    "TRANSIENT_STATUSES",
     "BadSignature",
+    "FenceConfigError",
     "FenceDecision",
     "FenceGuard",
     "FenceMiddleware",
@@ -63,6 +83,7 @@ __all__ = [
     "FingerprintMismatch",
     "MalformedFence",
     "OperationRecord",
+    "RequestDigest",
     "RequestInProgress",
     "StoredResponse",
     "SyncFenceGuard",

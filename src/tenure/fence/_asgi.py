@@ -6,14 +6,23 @@ each write request (POST, PUT, PATCH, DELETE by default) the middleware:
 1. parses the fence headers — none on a protected path is 428, a broken fence 400;
 2. reads the body and fingerprints method, path, query string and body;
 3. enters ``guard.fenced(...)`` — refusals become JSON errors (409 stale or in
-   progress, 422 key reused for another request, 403 bad signature);
+   progress, 422 key reused for another request, 403 bad signature: a signed
+   guard checks the signature over the fence, method, path, query and body);
 4. replays a stored response with ``X-Idempotent-Replay: true``, or runs the
    app with the slot at ``scope["tenure.fence"]`` (a handler writes its effect
    through ``slot.conn`` to commit it with the record, see FenceSlot);
 5. buffers the app's response and sends it only after the record committed, so
-   a client never sees a success the receiver could still forget. A 5xx
-   response is sent but not recorded (``slot.release()``): the handler said
-   "not done", so a retry must be able to do it. An exception rolls back.
+   a client never sees a success the receiver could still forget. Only a
+   *final* answer is recorded (the guard's ``final_statuses``; a handler
+   overrides it for one response with ``slot.final = True/False`` or an
+   ``X-Fence-Final: true|false`` header, which is stripped). Any other answer
+   — 5xx, 429, 401, 408, 404, ... — is sent but not recorded (released): the
+   handler said "not done", so a retry with the same key must be able to do
+   it. An exception rolls back.
+
+Authentication belongs *outside* this middleware (added after it with
+``add_middleware``, so it runs first): a request that fails it must never
+reach the high-water mark or take a key.
 
 Every decision is reported to ``on_decision`` (a FenceDecision) before the
 response goes out, with the request's arrival time on both clocks.
@@ -32,10 +41,10 @@ from typing import Any, Literal, NamedTuple
 
 from tenure._errors import StaleFence
 
-from ._core import FenceSlot, StoredResponse, fingerprint
+from ._core import FenceSlot, StoredResponse, fingerprint, split_final_declaration
 from ._errors import BadSignature, FingerprintMismatch, MalformedFence, RequestInProgress
 from ._guard import AsyncConn, FenceGuard
-from ._signing import FenceHeaders, parse_fence_headers
+from ._signing import FenceHeaders, RequestDigest, parse_fence_headers
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -57,6 +66,7 @@ Outcome = Literal[
     "missing",  # a protected path without fence headers
     "too_large",  # the body exceeds max_body_bytes
     "aborted",  # the app raised or answered 5xx: no response recorded (see FenceSlot)
+    "released",  # the app's answer was not final (429, 401, ...): sent, not recorded
 ]
 
 _HOP_BY_HOP = frozenset({"content-length", "transfer-encoding", "connection"})
@@ -150,8 +160,8 @@ class FenceMiddleware:
         self, scope: Scope, receive: Receive, fence: FenceHeaders, body: bytes
     ) -> _Verdict:
         """Run the request in its slot; the slot's record commits before this returns."""
-        query = scope.get("query_string", b"").decode("latin-1")
-        target = scope["path"] + ("?" + query if query else "")
+        query: bytes = scope.get("query_string", b"")
+        target = scope["path"] + ("?" + query.decode("latin-1") if query else "")
         async with contextlib.AsyncExitStack() as stack:
             try:
                 slot: FenceSlot[AsyncConn] = await stack.enter_async_context(
@@ -161,6 +171,9 @@ class FenceMiddleware:
                         key=fence.key,
                         fingerprint=fingerprint(scope["method"], target, body),
                         signature=fence.signature,
+                        digest=RequestDigest.from_parts(scope["method"], scope["path"], query, body)
+                        if self._guard.signed
+                        else None,
                         two_phase=self._two_phase,
                     )
                 )
@@ -171,11 +184,13 @@ class FenceMiddleware:
             if slot.replay is not None:
                 return _Verdict("replayed", slot.replay)
             scope[SLOT_SCOPE_KEY] = slot
-            response = await _capture(self.app, scope, _body_then(body, receive))
-            if response.status >= 500:
-                slot.release()
-                return _Verdict("aborted", response, "the app answered 5xx; nothing recorded")
-            slot.complete(response.status, response.body, response.headers)
+            captured = await _capture(self.app, scope, _body_then(body, receive))
+            response, declared = split_final_declaration(captured)
+            if not slot.complete(response.status, response.body, response.headers, final=declared):
+                if response.status >= 500:
+                    return _Verdict("aborted", response, "the app answered 5xx; nothing recorded")
+                detail = f"the app's {response.status} is not final; nothing recorded"
+                return _Verdict("released", response, detail)
         return _Verdict("accepted", response)
 
     def _is_required(self, path: str) -> bool:

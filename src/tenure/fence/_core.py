@@ -20,10 +20,28 @@ import psycopg.errors
 
 from tenure._errors import Conflict, StaleFence
 
-from ._errors import FingerprintMismatch, RequestInProgress
-from ._signing import check_label, check_token
+from ._errors import FenceConfigError, FingerprintMismatch, RequestInProgress
+from ._signing import RequestDigest, check_label, check_token, verify_signature
 
 Row = Mapping[str, Any]
+
+FINAL_HEADER = "X-Fence-Final"
+
+# The answers a guard records (and replays to every later duplicate of the key)
+# unless the application says otherwise. A recorded answer is forever: the key
+# is stable across attempts, so recording "not now" means "never". Final are
+# the answers that say the effect happened (2xx; 303 points at its result) and
+# those that are a function of the request alone, which the fingerprint pins:
+# 400 (unparseable), 422 (invalid content), 410 (gone for good). Not final,
+# though they are 4xx: 404/405 (a route missing on one replica during a
+# rolling deploy, a resource not yet visible), 409/412 (the target's current
+# state, which changes), and everything in TRANSIENT_STATUSES.
+FINAL_STATUSES = frozenset(range(200, 300)) | frozenset({303, 400, 410, 422})
+
+# "Not now" or "not you" — never "done". A guard-wide option cannot make these
+# final; a single response can (slot.final = True, or X-Fence-Final: true) when
+# the application knows its effect happened.
+TRANSIENT_STATUSES = frozenset({401, 403, 407, 408, 425, 429}) | frozenset(range(500, 600))
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,18 +187,33 @@ class FenceSlot(Generic[ConnT]):
     If ``replay`` is set, the key was already applied: return that response
     and do nothing else. Otherwise apply the effect and call
     :meth:`complete` with the response (it is written when the ``with`` block
-    ends), or :meth:`release` if nothing was applied and a retry may apply it.
-    Raising out of the block rolls back (single-phase) or leaves the
-    reservation ``in_progress`` (two-phase: the outcome is unknown).
+    ends, if it is final), or :meth:`release` if nothing was applied and a
+    retry may apply it. Raising out of the block rolls back (single-phase) or
+    leaves the reservation ``in_progress`` (two-phase: the outcome is unknown).
+
+    Whether an answer is final is the guard's ``final_statuses`` unless the
+    application says so for this one response: ``slot.final = True/False``
+    (the middleware's handler sets it on the slot in its scope), or
+    ``complete(..., final=...)``.
     """
 
-    __slots__ = ("_conn", "_released", "_response", "replay", "request", "two_phase")
+    __slots__ = (
+        "_conn",
+        "_final",
+        "_final_statuses",
+        "_released",
+        "_response",
+        "replay",
+        "request",
+        "two_phase",
+    )
 
     def __init__(
         self,
         request: FenceRequest,
         replay: StoredResponse | None,
         conn: ConnT | None,
+        final_statuses: frozenset[int] = FINAL_STATUSES,
     ) -> None:
         self.request = request
         self.replay = replay
@@ -188,6 +221,8 @@ class FenceSlot(Generic[ConnT]):
         self._conn = conn
         self._response: StoredResponse | None = None
         self._released = False
+        self._final: bool | None = None
+        self._final_statuses = final_statuses
 
     @property
     def conn(self) -> ConnT:
@@ -208,14 +243,48 @@ class FenceSlot(Generic[ConnT]):
     def released(self) -> bool:
         return self._released
 
+    @property
+    def final(self) -> bool | None:
+        """The application's word on this response: final (record it) or not; None: by status."""
+        return self._final
+
+    @final.setter
+    def final(self, value: bool | None) -> None:
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"slot.final is True, False or None, got {value!r}")
+        self._check_open()
+        self._final = value
+
     def complete(
-        self, status: int, body: bytes = b"", headers: Iterable[tuple[str, str]] = ()
-    ) -> None:
-        """Record the response every later duplicate of this key will get."""
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: Iterable[tuple[str, str]] = (),
+        *,
+        final: bool | None = None,
+    ) -> bool:
+        """Record the response every later duplicate of this key will get — if it is final.
+
+        An answer that is not final (by default 401, 403, 404, 409, 429, 5xx, ...:
+        anything outside FINAL_STATUSES) is *released* instead, exactly like
+        :meth:`release`: nothing is recorded, a single-phase transaction rolls
+        back (with the effect written through ``conn``), and the next request
+        with this key runs the effect. Returns True if the response is recorded.
+        ``final`` and ``slot.final`` may both be given only if they agree.
+        """
         self._check_open()
         if not 100 <= status <= 599:
             raise ValueError(f"HTTP status must be in 100..599, got {status}")
+        if final is not None and not isinstance(final, bool):
+            raise TypeError(f"final is True, False or None, got {final!r}")
+        if None not in (final, self._final) and final != self._final:
+            raise RuntimeError(f"final={final} contradicts slot.final={self._final}")
+        declared = self._final if final is None else final
+        if not (status in self._final_statuses if declared is None else declared):
+            self._released = True
+            return False
         self._response = StoredResponse(status, bytes(body), tuple(headers))
+        return True
 
     def release(self) -> None:
         """Declare that nothing was applied: record nothing and let a retry apply the key."""
@@ -261,11 +330,114 @@ def _finish(query: str, params: Mapping[str, object]) -> Plan[None]:
         )
 
 
-def secrets_tuple(secret: bytes | Sequence[bytes] | None) -> tuple[bytes, ...]:
+def split_final_declaration(
+    response: StoredResponse,
+) -> tuple[StoredResponse, bool | None]:
+    """The response without its ``X-Fence-Final`` header, and what that header declared.
+
+    The header is the application's word to the middleware, never the
+    client's business, so it is neither sent nor stored. A value other than
+    ``true``/``false`` is an application bug and raises.
+    """
+    declared: bool | None = None
+    kept: list[tuple[str, str]] = []
+    for name, value in response.headers:
+        if name.lower() != FINAL_HEADER.lower():
+            kept.append((name, value))
+            continue
+        word = value.strip().lower()
+        if word not in ("true", "false") or declared is not None:
+            raise RuntimeError(f"{FINAL_HEADER} must appear once, as true or false, got {value!r}")
+        declared = word == "true"
+    return StoredResponse(response.status, response.body, tuple(kept)), declared
+
+
+@dataclass(frozen=True, slots=True)
+class GuardPolicy:
+    """A guard's options, validated once: who may write, which answers are final."""
+
+    secrets: tuple[bytes, ...]
+    final_statuses: frozenset[int]
+    accept_v1: bool
+    lock_timeout_ms: int | None
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        secret: bytes | Sequence[bytes] | None,
+        insecure: bool,
+        final_statuses: Iterable[int],
+        accept_v1_signatures: bool,
+        lock_timeout: float | None,
+    ) -> GuardPolicy:
+        if lock_timeout is not None and not lock_timeout > 0:
+            raise FenceConfigError(
+                f"lock_timeout must be positive seconds or None, got {lock_timeout}"
+            )
+        secrets = _secrets_tuple(secret)
+        if not secrets and insecure is not True:
+            raise FenceConfigError(
+                "a fence guard needs secret=... (the workers' TENURE_SIGNING_KEY): without "
+                "one, anyone who can reach this receiver can lock a job out with a forged "
+                "huge X-Execution-Fence or take its predictable idempotency key first. Pass "
+                "insecure=True only behind authentication that runs before the fence "
+                "(see the README)"
+            )
+        if secrets and insecure:
+            raise FenceConfigError("secret=... and insecure=True contradict each other")
+        if accept_v1_signatures and not secrets:
+            raise FenceConfigError("accept_v1_signatures=True needs a secret to check them with")
+        lock_ms = None if lock_timeout is None else max(1, round(lock_timeout * 1000))
+        return cls(secrets, _final_set(final_statuses), accept_v1_signatures, lock_ms)
+
+    def request(
+        self,
+        scope: str,
+        token: int,
+        key: str,
+        fingerprint: str,
+        signature: str | None,
+        digest: RequestDigest | None,
+    ) -> FenceRequest:
+        """Validate the fence and, if signed, its signature — before any database work."""
+        request = FenceRequest(scope=scope, token=token, key=key, fingerprint=fingerprint)
+        if self.secrets:
+            verify_signature(
+                self.secrets, scope, token, key, signature, digest, accept_v1=self.accept_v1
+            )
+        return request
+
+    def admit(self, request: FenceRequest) -> Plan[StoredResponse | None]:
+        return admit(request, self.lock_timeout_ms)
+
+    def slot(
+        self, request: FenceRequest, replay: StoredResponse | None, conn: ConnT | None
+    ) -> FenceSlot[ConnT]:
+        return FenceSlot(request, replay, conn, self.final_statuses)
+
+
+def _secrets_tuple(secret: bytes | Sequence[bytes] | None) -> tuple[bytes, ...]:
     """Normalise the guard's secret option; empty secrets are a configuration bug."""
     if secret is None:
         return ()
     found = (secret,) if isinstance(secret, bytes) else tuple(secret)
     if not found or any(not isinstance(s, bytes) or not s for s in found):
-        raise ValueError("fence secrets must be non-empty bytes")
+        raise FenceConfigError("fence secrets must be non-empty bytes")
+    return found
+
+
+def _final_set(statuses: Iterable[int]) -> frozenset[int]:
+    """A guard's final statuses: answers in 200..499, none that only says "not now"."""
+    found = frozenset(statuses)
+    wrong = [
+        s for s in found if type(s) is not int or not 200 <= s <= 499 or s in TRANSIENT_STATUSES
+    ]
+    if wrong:
+        raise FenceConfigError(
+            f"final_statuses may hold 200..499 except {sorted(TRANSIENT_STATUSES)[:6]} "
+            f"and 5xx, got {sorted(map(repr, wrong))}: a recorded answer is replayed to "
+            "every later attempt, so one that means 'not now' would stop the effect forever "
+            "(declare single responses final with slot.final or the X-Fence-Final header)"
+        )
     return found

@@ -1,6 +1,8 @@
 """The receiver kit's own refusals, grafted onto tenure's one error tree.
 
     TenureError
+    ├── ConfigError
+    │   └── FenceConfigError      a guard that cannot be safe as configured  (also ValueError)
     ├── IdempotencyConflict
     │   └── FingerprintMismatch   a key reused for a different request      HTTP 422
     ├── StaleFence                (core) a token below the scope's highest   HTTP 409
@@ -16,7 +18,17 @@ sender should simply ask again later with the same key.
 
 from __future__ import annotations
 
-from tenure._errors import IdempotencyConflict, TenureError
+from tenure._errors import ConfigError, IdempotencyConflict, TenureError
+
+
+class FenceConfigError(ConfigError, ValueError):
+    """The guard's options cannot work, or would silently trust every caller.
+
+    Raised when the guard is built, so a receiver that would run
+    unauthenticated by accident does not start at all; and when a signed guard
+    is asked to judge a request without its method, path and body (a receiver
+    bug: the signature covers them).
+    """
 
 
 class MalformedFence(TenureError, ValueError):

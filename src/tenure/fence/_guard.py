@@ -28,89 +28,98 @@ check the outside system resolves the row (its ``created_at`` and ``token``
 say which attempt made it). Call ``slot.release()`` when you *know* nothing
 was applied so a retry may apply it.
 
-A guard configured with secrets verifies the request's signature before it
-touches the database, so a forged huge token cannot raise the high-water mark
-and lock honest writers out.
+A guard needs ``secret=`` (the senders' signing key) or an explicit
+``insecure=True``. A signed guard verifies the request's signature — over the
+fence and the request's method, path and body — before it touches the
+database, so a forged huge token cannot raise the high-water mark and lock
+honest writers out, and a captured header set cannot carry another request.
+An insecure guard trusts whoever reaches it: authenticate callers before it.
+
+Only *final* answers are recorded (``final_statuses``, see
+``_core.FINAL_STATUSES``): a 429, 401 or 408 is released like a 5xx, so the
+next attempt with the same key runs the effect instead of replaying "not now".
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ._core import (
-    FenceRequest,
+    FINAL_STATUSES,
     FenceSlot,
+    GuardPolicy,
     OperationRecord,
     Plan,
-    StoredResponse,
-    admit,
     highest_token,
     lookup,
-    secrets_tuple,
 )
 from ._schema import QUERIES
-from ._signing import verify_signature
+from ._signing import RequestDigest
 
 T = TypeVar("T")
 
 AsyncConn = psycopg.AsyncConnection[Any]
 SyncConn = psycopg.Connection[Any]
+PoolT = TypeVar("PoolT", AsyncConnectionPool[Any], ConnectionPool[Any])
 
 
-class _GuardConfig:
-    """What both shells share: the secrets, the lock timeout and the pre-database checks."""
+class _GuardConfig(Generic[PoolT]):
+    """What both shells share: the validated options (see ``GuardPolicy``) and the pool.
 
-    def __init__(self, secret: bytes | Sequence[bytes] | None, lock_timeout: float | None) -> None:
-        if lock_timeout is not None and not lock_timeout > 0:
-            raise ValueError(f"lock_timeout must be positive seconds or None, got {lock_timeout}")
-        self._secrets = secrets_tuple(secret)
-        self._lock_timeout_ms = None if lock_timeout is None else max(1, round(lock_timeout * 1000))
-
-    @property
-    def signed(self) -> bool:
-        """True if requests must carry a valid signature."""
-        return bool(self._secrets)
-
-    def _request(
-        self, scope: str, token: int, key: str, fingerprint: str, signature: str | None
-    ) -> FenceRequest:
-        request = FenceRequest(scope=scope, token=token, key=key, fingerprint=fingerprint)
-        if self._secrets:
-            verify_signature(self._secrets, scope, token, key, signature)
-        return request
-
-    def _admit(self, request: FenceRequest) -> Plan[StoredResponse | None]:
-        return admit(request, self._lock_timeout_ms)
-
-
-class FenceGuard(_GuardConfig):
-    """The async guard, on an AsyncConnectionPool (shared, not closed by us) or a DSN.
-
-    With a DSN the guard owns its pool: ``async with FenceGuard(dsn) as guard``
-    or ``await guard.open()`` / ``await guard.close()``.
+    ``pool`` is a pool the caller owns (shared, never closed by the guard) or a
+    DSN, for which the guard makes and owns one.
     """
 
     def __init__(
         self,
-        pool: AsyncConnectionPool[Any] | str,
+        pool: PoolT | str,
         *,
         secret: bytes | Sequence[bytes] | None = None,
+        insecure: bool = False,
+        final_statuses: Iterable[int] = FINAL_STATUSES,
+        accept_v1_signatures: bool = False,
         lock_timeout: float | None = 5.0,
         max_connections: int = 10,
     ) -> None:
-        super().__init__(secret, lock_timeout)
-        self._owns_pool = isinstance(pool, str)
-        self._pool: AsyncConnectionPool[Any] = (
-            AsyncConnectionPool(pool, min_size=1, max_size=max_connections, open=False)
-            if isinstance(pool, str)
-            else pool
+        self._policy = GuardPolicy.build(
+            secret=secret,
+            insecure=insecure,
+            final_statuses=final_statuses,
+            accept_v1_signatures=accept_v1_signatures,
+            lock_timeout=lock_timeout,
         )
+        self._owns_pool = isinstance(pool, str)
+        self._pool: PoolT = self._new_pool(pool, max_connections) if isinstance(pool, str) else pool
+
+    def _new_pool(self, dsn: str, max_connections: int) -> PoolT:
+        raise NotImplementedError
+
+    @property
+    def signed(self) -> bool:
+        """True if requests must carry a valid signature."""
+        return bool(self._policy.secrets)
+
+    @property
+    def final_statuses(self) -> frozenset[int]:
+        """The statuses recorded unless a response says otherwise."""
+        return self._policy.final_statuses
+
+
+class FenceGuard(_GuardConfig[AsyncConnectionPool[Any]]):
+    """The async guard, on an AsyncConnectionPool (shared, not closed by us) or a DSN.
+
+    With a DSN the guard owns its pool: ``async with FenceGuard(dsn, secret=...) as
+    guard`` or ``await guard.open()`` / ``await guard.close()``.
+    """
+
+    def _new_pool(self, dsn: str, max_connections: int) -> AsyncConnectionPool[Any]:
+        return AsyncConnectionPool(dsn, min_size=1, max_size=max_connections, open=False)
 
     async def open(self) -> None:
         if self._owns_pool:
@@ -136,24 +145,28 @@ class FenceGuard(_GuardConfig):
         key: str,
         fingerprint: str,
         signature: str | None = None,
+        digest: RequestDigest | None = None,
         two_phase: bool = False,
     ) -> AsyncIterator[FenceSlot[AsyncConn]]:
         """Admit one fenced request (see the module docstring for the two modes).
 
-        Raises StaleFence, FingerprintMismatch, RequestInProgress, BadSignature
-        or MalformedFence on entry; otherwise yields the slot.
+        ``digest`` is the request the fence travels with; a signed guard needs
+        it (the signature covers it). Raises StaleFence, FingerprintMismatch,
+        RequestInProgress, BadSignature or MalformedFence on entry; otherwise
+        yields the slot.
         """
-        request = self._request(scope, token, key, fingerprint, signature)
+        request = self._policy.request(scope, token, key, fingerprint, signature, digest)
         if two_phase:  # no connection is held while the outside effect runs
-            slot = FenceSlot[AsyncConn](request, await self._run(self._admit(request)), None)
+            replay = await self._run(self._policy.admit(request))
+            slot: FenceSlot[AsyncConn] = self._policy.slot(request, replay, None)
             yield slot
             closing = slot.closing_plan()
             if closing is not None:
                 await self._run(closing)
         else:
             async with self._pool.connection() as conn, conn.transaction() as tx:
-                replay = await _drive_async(conn, self._admit(request))
-                slot = FenceSlot[AsyncConn](request, replay, conn)
+                replay = await _drive_async(conn, self._policy.admit(request))
+                slot = self._policy.slot(request, replay, conn)
                 yield slot
                 if slot.released:
                     raise psycopg.Rollback(tx)
@@ -174,24 +187,11 @@ class FenceGuard(_GuardConfig):
             return await _drive_async(conn, plan)
 
 
-class SyncFenceGuard(_GuardConfig):
+class SyncFenceGuard(_GuardConfig[ConnectionPool[Any]]):
     """The same guard for threaded services, on a ConnectionPool or a DSN."""
 
-    def __init__(
-        self,
-        pool: ConnectionPool[Any] | str,
-        *,
-        secret: bytes | Sequence[bytes] | None = None,
-        lock_timeout: float | None = 5.0,
-        max_connections: int = 10,
-    ) -> None:
-        super().__init__(secret, lock_timeout)
-        self._owns_pool = isinstance(pool, str)
-        self._pool: ConnectionPool[Any] = (
-            ConnectionPool(pool, min_size=1, max_size=max_connections, open=False)
-            if isinstance(pool, str)
-            else pool
-        )
+    def _new_pool(self, dsn: str, max_connections: int) -> ConnectionPool[Any]:
+        return ConnectionPool(dsn, min_size=1, max_size=max_connections, open=False)
 
     def open(self) -> None:
         if self._owns_pool:
@@ -217,20 +217,22 @@ class SyncFenceGuard(_GuardConfig):
         key: str,
         fingerprint: str,
         signature: str | None = None,
+        digest: RequestDigest | None = None,
         two_phase: bool = False,
     ) -> Iterator[FenceSlot[SyncConn]]:
         """Admit one fenced request; the sync twin of :meth:`FenceGuard.fenced`."""
-        request = self._request(scope, token, key, fingerprint, signature)
+        request = self._policy.request(scope, token, key, fingerprint, signature, digest)
         if two_phase:  # no connection is held while the outside effect runs
-            slot = FenceSlot[SyncConn](request, self._run(self._admit(request)), None)
+            replay = self._run(self._policy.admit(request))
+            slot: FenceSlot[SyncConn] = self._policy.slot(request, replay, None)
             yield slot
             closing = slot.closing_plan()
             if closing is not None:
                 self._run(closing)
         else:
             with self._pool.connection() as conn, conn.transaction() as tx:
-                replay = _drive_sync(conn, self._admit(request))
-                slot = FenceSlot[SyncConn](request, replay, conn)
+                replay = _drive_sync(conn, self._policy.admit(request))
+                slot = self._policy.slot(request, replay, conn)
                 yield slot
                 if slot.released:
                     raise psycopg.Rollback(tx)

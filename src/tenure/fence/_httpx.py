@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Unpack, runtime_checkable
 
 import httpx
 
 from .._errors import StaleFence
 from .._log import log_event
 from ._errors import RequestInProgress
-from ._signing import KEY_HEADER
+from ._signing import KEY_HEADER, SentRequest
 
 _log = logging.getLogger("tenure.fence")
 
@@ -27,8 +27,11 @@ _log = logging.getLogger("tenure.fence")
 class FenceSource(Protocol):
     """Anything that can fence a request: tenure's Context, or a test double."""
 
-    def fence_headers(self, operation: str) -> dict[str, str]:
-        """The Idempotency-Key, X-Execution-Fence, X-Fence-Scope (and signature) headers."""
+    def fence_headers(self, operation: str, **request: Unpack[SentRequest]) -> dict[str, str]:
+        """The Idempotency-Key, X-Execution-Fence, X-Fence-Scope (and signature) headers.
+
+        A signing source signs the request's ``method``, ``path`` (URL) and ``body`` too.
+        """
         ...
 
     def ensure_owned(self) -> None:
@@ -40,9 +43,14 @@ class FencedAuth(httpx.Auth):
     """``client.post(url, json=..., auth=FencedAuth(ctx, "create_case"))``.
 
     The operation names the effect, so a retry of the same operation carries
-    the same idempotency key. Redirects are not re-checked: leave httpx's
-    ``follow_redirects`` off (its default) for fenced calls.
+    the same idempotency key. The signature (when the source has a key) covers
+    the request's method, URL path and query and its body, which httpx reads
+    before the flow runs (``requires_request_body``). Redirects are not
+    re-checked: leave httpx's ``follow_redirects`` off (its default) for fenced
+    calls.
     """
+
+    requires_request_body = True
 
     def __init__(self, source: FenceSource, operation: str) -> None:
         if not operation:
@@ -51,7 +59,9 @@ class FencedAuth(httpx.Auth):
         self._operation = operation
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        headers = self._source.fence_headers(self._operation)
+        headers = self._source.fence_headers(
+            self._operation, method=request.method, path=str(request.url), body=request.content
+        )
         self._source.ensure_owned()  # last, so nothing slow runs between the check and the send
         request.headers.update(headers)
         _journal_start(self._source, self._operation, request)
