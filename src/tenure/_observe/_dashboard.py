@@ -283,11 +283,21 @@ async def job_api(request: Request) -> Response:
 
 
 async def _cancel(store: Store, job_id: int) -> str:
-    return "cancelled" if await store.cancel(job_id) is not None else "not-cancelled"
+    if await store.cancel(job_id) is not None:
+        return "cancelled"
+    return await _unchanged(store, job_id, "not-cancelled")
 
 
 async def _retry(store: Store, job_id: int) -> str:
-    return "retried" if await store.retry(job_id) is not None else "not-retried"
+    if await store.retry(job_id) is not None:
+        return "retried"
+    return await _unchanged(store, job_id, "not-retried")
+
+
+async def _unchanged(store: Store, job_id: int, notice: str) -> str:
+    """A job that was not in a state to act on gets a notice; one that does not exist, 404."""
+    await store.job_detail(job_id)
+    return notice
 
 
 ACTIONS: dict[str, Callable[[Store, int], Awaitable[str]]] = {"cancel": _cancel, "retry": _retry}
@@ -421,6 +431,7 @@ def create_dashboard(
         ],
         lifespan=store_lifespan(dsn, DASHBOARD_CONNECTIONS),
     )
+    app.router.redirect_slashes = False  # no URL of ours ends in "/", so none to redirect to
     app.state.sessions = _Sessions(access_token)
     app.state.charts = _Charts()
     app.state.poll_interval = poll_interval
