@@ -254,6 +254,9 @@ BAD_CSRF = (
     "csrf=x&csrf={csrf}",  # the first value counts
     "next=/&" + "a" * MAX_FORM_BYTES + "&csrf={csrf}",  # past the form cap
     "csrf={csrf}\x00",
+    "&".join(["a=1"] * 11) + "&csrf={csrf}",  # past the field cap
+    "csrf={csrf}&" + "&".join(["a=1"] * 11),
+    "csrf={csrf}&pad=" + "a" * 60_000,  # a body far past the cap is not read to its end
 )
 CROSS_ORIGINS = (
     "https://evil.example",
@@ -261,6 +264,10 @@ CROSS_ORIGINS = (
     "http://127.0.0.1:{locked_port}.evil.example",
     "http://localhost:1",
     "http://127.0.0.1:{locked_port}@evil.example",
+    "http://[",
+    "http://127.0.0.1:{locked_port}/",
+    "127.0.0.1:{locked_port}",
+    "http://127.0.0.1:{locked_port}é",
 )
 BAD_LOGINS = (
     "token=%D1%82%D0%BE%D0%BA%D0%B5%D0%BD-%D0%B4%D0%BE%D1%81%D1%82%D1%83%D0%BF%D0%B0&next=/",
@@ -269,6 +276,7 @@ BAD_LOGINS = (
     "token=" + "A" * 5_000 + "&next=/",
     f"token=wrong&token={TOKEN}&next=/",
     f"token={TOKEN}\x00&next=/",
+    f"token={TOKEN}&" + "&".join(["a=1"] * 11),
 )
 
 

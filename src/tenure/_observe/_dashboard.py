@@ -23,7 +23,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, quote
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -55,6 +55,7 @@ MAX_SESSIONS = 1000  # live sign-ins kept; past it the oldest must sign in again
 MAX_JOB_ID = 2**63 - 1  # a bigint; a larger id names no job
 WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "[::]"})  # noqa: S104 - names, not a bind
 MAX_FORM_BYTES = 4096
+MAX_FORM_FIELDS = 10
 DASHBOARD_CONNECTIONS = 4
 RUNNING_LIMIT = 200
 EVENTS_LIMIT = 40
@@ -156,11 +157,17 @@ class _Sessions:
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """The fields of a small urlencoded form (our forms have one to three short fields)."""
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
+    """The fields of a small urlencoded form (our forms have one to three short fields);
+    a bigger body is not read past the cap, and any form we cannot read is empty."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return {}
+    try:
+        fields = parse_qs(body.decode("latin-1"), max_num_fields=MAX_FORM_FIELDS)
+    except ValueError:  # too many fields
         return {}
-    fields = parse_qs(body.decode("latin-1"), max_num_fields=10)
     return {name: values[0] for name, values in fields.items()}
 
 
@@ -169,8 +176,8 @@ def _same_origin(request: Request) -> bool:
     origin = request.headers.get("origin")
     if origin is None or origin == "null":
         return origin is None
-    parts = urlsplit(origin)
-    return parts.netloc == request.headers.get("host", "")
+    _, scheme_ends, authority = origin.partition("://")
+    return bool(scheme_ends) and authority == request.headers.get("host", "")
 
 
 class _Guard(BaseHTTPMiddleware):
