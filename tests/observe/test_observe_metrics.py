@@ -130,7 +130,7 @@ def test_a_fresh_worker_shows_every_counter_at_zero(workers: WorkerGroup) -> Non
     ]
     for name, spec in tools.items():
         labels = {"tool": name, "model": "", "provider": "", **dict(spec.labels)}
-        for counter in counters:
+        for counter in [*counters, "tenure_queue_depth", "tenure_running_jobs"]:
             assert s[(counter, tuple(sorted(labels.items())))] == 0, (counter, name)
         for reason in LOSS_REASONS:
             key = tuple(sorted({**labels, "reason": reason}.items()))
