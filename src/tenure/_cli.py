@@ -321,7 +321,7 @@ def _dashboard(args: argparse.Namespace) -> int:
     from ._observe._metrics import ToolLabels
 
     token = os.environ.get(TOKEN_ENV) or None
-    check_bind(args.host, token)  # before anything starts, the embedded server included
+    check_bind(args.host, token, args.allowed_host)  # before anything starts
     app = load_app(args.app) if args.app else App()
     labels = ToolLabels()
     labels.register_specs(app.tools.values())
@@ -333,6 +333,7 @@ def _dashboard(args: argparse.Namespace) -> int:
             access_token=token,
             labels=labels,
             poll_interval=args.poll_interval,
+            allowed_hosts=args.allowed_host,
         )
         print(f"tenure dashboard: {server.url}", flush=True)
         print(f"metrics: {server.url}/metrics", flush=True)
@@ -467,6 +468,13 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--host", default="127.0.0.1")
     dashboard.add_argument("--port", type=int, default=8321, help="0 picks a free port")
     dashboard.add_argument("--poll-interval", type=float, default=1.0)
+    dashboard.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="also answer to this Host (a proxy's or DNS name); repeatable",
+    )
 
     from ._chaos import add_chaos_arguments
 

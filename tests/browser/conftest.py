@@ -18,6 +18,7 @@ import pytest
 from tests.observe.conftest import journal, ops, workers  # noqa: F401
 
 CHROMIUM = "/usr/bin/chromium"
+REBIND_HOST = "rebind.test"  # an attacker's name that resolves to 127.0.0.1
 ARGS = [
     "--no-sandbox",
     "--headless",
@@ -26,6 +27,7 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
+    f"--host-resolver-rules=MAP {REBIND_HOST} 127.0.0.1",  # DNS rebinding, without a DNS server
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+from tests.browser.conftest import REBIND_HOST
 from tests.support.workers import Journal, WorkerGroup, wait_job
 
 from tenure import App
@@ -148,4 +150,43 @@ def test_cancel_works_with_the_access_token_and_is_refused_without_it(
     worker.wait_event("cancel_observed", job=job.id)
     expect(page.locator('#timeline tr[data-kind="cancelled"]')).to_have_count(1)
     page.screenshot(path=str(artifacts / "dashboard-cancelled.png"), full_page=True)
+    context.close()
+
+
+def test_a_rebound_name_reads_nothing_and_logout_ends_the_session(
+    browser: Any, ops: App, journal: Journal, workers: WorkerGroup, board: dict[str, str]
+) -> None:
+    """A page on an attacker's name that now resolves to 127.0.0.1 gets 421 and no job;
+    after "log out" a saved copy of the session cookie opens nothing."""
+    from playwright.sync_api import expect
+
+    worker = workers.spawn("held")
+    job = ops.enqueue_sync("watched", {"seconds": 60.0})
+    running_on(journal, job.id, "held", workers)
+    context = browser.new_context()
+    page = context.new_page()
+    for name, url in board.items():
+        port = urlsplit(url).port
+        for path in ["/", f"/jobs/{job.id}", "/api/overview", "/metrics"]:
+            response = page.goto(f"http://{REBIND_HOST}:{port}{path}")
+            assert response is not None and response.status == 421, (name, path)
+            assert "held" not in page.content() and str(job.id) not in page.content()
+        same = page.goto(f"{url}/")  # the dashboard's own name still works
+        assert same is not None and same.status == 200
+
+    locked = board["locked"]
+    page.goto(f"{locked}/jobs/{job.id}")
+    page.fill("#token", TOKEN)
+    page.click("#login")
+    expect(page.locator("#cancel")).to_be_visible()
+    saved = context.cookies()
+    assert [c["name"] for c in saved] == ["tenure_session"]
+    assert context.request.get(f"{locked}/api/overview").status == 200
+    page.click("form.logout button")
+    expect(page).to_have_url(f"{locked}/login")
+    context.add_cookies(saved)  # the cookie, replayed after logout
+    assert context.request.get(f"{locked}/api/overview").status == 401
+    page.goto(f"{locked}/jobs/{job.id}")
+    expect(page).to_have_url(f"{locked}/login?next=%2Fjobs%2F{job.id}")
+    assert journal.job(job.id)["state"] == "running" and worker.alive
     context.close()

@@ -132,11 +132,14 @@ def test_dashboard_refuses_a_public_bind_without_a_token(
     assert code == 1 and out == ""
     assert "refusing to serve the dashboard on 0.0.0.0" in err
     assert "TENURE_DASHBOARD_TOKEN" in err
+    code, out, err = run(capsys, "dashboard", "--allowed-host", "http://dash.example/")
+    assert code == 1 and out == "" and "is not a host name or host:port" in err
 
 
 def test_tenure_dashboard_serves_until_sigterm(tenure_dsn: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TENURE_DASHBOARD_TOKEN"}
     command = [sys.executable, "-m", "tenure", "--dsn", tenure_dsn, "dashboard", "--port", "0"]
+    command += ["--allowed-host", "dash.example"]
     errors = tmp_path / "stderr.txt"
     with (
         errors.open("w") as stderr,
@@ -152,6 +155,10 @@ def test_tenure_dashboard_serves_until_sigterm(tenure_dsn: str, tmp_path: Path) 
             page = httpx.get(url + "/", timeout=10)
             assert page.status_code == 200 and "Held leases" in page.text
             assert page.headers["content-security-policy"].startswith("default-src 'none'")
+            named = httpx.get(url + "/", headers={"Host": "dash.example"}, timeout=10)
+            assert named.status_code == 200 and "Held leases" in named.text
+            rebound = httpx.get(url + "/", headers={"Host": "evil.example"}, timeout=10)
+            assert rebound.status_code == 421 and "Held leases" not in rebound.text
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(10) == 0, errors.read_text()
         finally:

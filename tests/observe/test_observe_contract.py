@@ -20,7 +20,7 @@ from tenure._observe._events import EVENTS, JOURNAL_KINDS, OWNERSHIP_KINDS, WRIT
 from tenure._observe._fence import FenceObserver
 from tenure._observe._http import bounded_dsn, is_loopback
 from tenure._observe._journal import JournalWriter, journal_key, payload_hmac, to_row
-from tenure._observe._metrics import OTHER, Metrics, ToolLabels, render
+from tenure._observe._metrics import NOT_EMITTED, OTHER, Metrics, ToolLabels, render
 from tenure._observe._pruner import PrunerConfig
 from tenure.fence import FenceDecision
 
@@ -70,6 +70,8 @@ def test_the_readme_documents_exactly_the_catalogue() -> None:
 
 
 def test_derived_sets_are_consistent() -> None:
+    assert NOT_EMITTED <= set(EVENTS)  # the kinds /metrics does not start at zero ...
+    assert NOT_EMITTED.isdisjoint(emitted_kinds())  # ... are never emitted as events
     assert WRITER_KINDS <= JOURNAL_KINDS
     assert set(OWNERSHIP_KINDS) <= JOURNAL_KINDS
     assert "job_reclaimed" not in JOURNAL_KINDS  # derived from job_claimed, never a row
@@ -244,6 +246,10 @@ def test_the_dashboard_refuses_a_public_bind_without_a_token() -> None:
     check_bind("0.0.0.0", "t" * 16)
     with pytest.raises(ConfigError, match="at least 16"):
         check_bind("127.0.0.1", "short")
+    check_bind("0.0.0.0", "t" * 16, ["dash.example", "dash.example:8443", "[::1]:80"])
+    for entry in ["https://dash.example", "dash.example:0", "*", "a/b", "dash.example:"]:
+        with pytest.raises(ConfigError, match="not a host name"):
+            check_bind("127.0.0.1", None, [entry])
     assert is_loopback("127.0.0.2") and not is_loopback("10.0.0.1")
 
 

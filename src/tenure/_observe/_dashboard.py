@@ -5,10 +5,13 @@ fragments and shrinks the lease bars between polls. No build step, no CDN.
 
 Access. Without an access token the dashboard is read-only and binds only to a
 loopback address (`check_bind` refuses anything else). With one, every page
-asks for it once (a signed, HttpOnly, SameSite=Strict session cookie follows),
-/metrics and the JSON endpoints also take ``Authorization: Bearer <token>``,
-and cancel/retry are enabled — each form carries a CSRF token bound to the
-session, and a cross-origin ``Origin`` is refused as well.
+asks for it once (a signed, HttpOnly, SameSite=Strict session cookie follows,
+valid until logout or twelve hours), /metrics and the JSON endpoints also take
+``Authorization: Bearer <token>``, and cancel/retry are enabled — each form
+carries a CSRF token bound to the session, and a cross-origin ``Origin`` is
+refused as well. Either way every request must name this server in its Host
+header (`HostCheck`): DNS rebinding cannot turn a visited page into a reader of
+a loopback dashboard.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, quote
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -32,14 +35,27 @@ from starlette.routing import Route
 from .._errors import ConfigError, JobNotFound
 from .._store._store import Store
 from . import _pages
-from ._http import MetricsState, ServerThread, is_loopback, metrics_endpoint, store_lifespan
+from ._http import (
+    HostCheck,
+    MetricsState,
+    ServerThread,
+    allowed_names,
+    is_loopback,
+    metrics_endpoint,
+    parse_host,
+    store_lifespan,
+)
 from ._metrics import DatabaseGauges, ToolLabels
 
 TOKEN_ENV = "TENURE_DASHBOARD_TOKEN"  # noqa: S105 - the variable's name, not a secret
 MIN_TOKEN = 16
 SESSION_COOKIE = "tenure_session"
 SESSION_SECONDS = 12 * 3600
+MAX_SESSIONS = 1000  # live sign-ins kept; past it the oldest must sign in again
+MAX_JOB_ID = 2**63 - 1  # a bigint; a larger id names no job
+WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "[::]"})  # noqa: S104 - names, not a bind
 MAX_FORM_BYTES = 4096
+MAX_FORM_FIELDS = 10
 DASHBOARD_CONNECTIONS = 4
 RUNNING_LIMIT = 200
 EVENTS_LIMIT = 40
@@ -61,8 +77,10 @@ SECURITY_HEADERS = {
 }
 
 
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to serve beyond this machine without an access token (and weak tokens)."""
+def check_bind(host: str, token: str | None, allowed_hosts: Sequence[str] = ()) -> None:
+    """Refuse to serve beyond this machine without an access token (and weak tokens),
+    and allowed-host entries that are not host names."""
+    allowed_names(allowed_hosts)
     if token is not None and len(token) < MIN_TOKEN:
         raise ConfigError(f"the dashboard's access token must be at least {MIN_TOKEN} characters")
     if token is None and not is_loopback(host):
@@ -72,48 +90,84 @@ def check_bind(host: str, token: str | None) -> None:
         )
 
 
-class _Sessions:
-    """Stateless sessions: ``sid.issued.mac``, signed with a secret that dies with the server."""
+def _same(given: str | bytes, expected: str | bytes) -> bool:
+    """Constant-time equality of the bytes (`compare_digest` refuses non-ASCII text)."""
+    return hmac.compare_digest(_utf8(given), _utf8(expected))
 
-    def __init__(self, token: str | None) -> None:
+
+def _utf8(value: str | bytes) -> bytes:
+    return value if isinstance(value, bytes) else value.encode("utf-8", "surrogatepass")
+
+
+class _Sessions:
+    """Sessions: the cookie is ``sid.mac``, signed with a secret that dies with the server,
+    and valid only while ``sid`` is live here — so logging out really ends it.
+
+    The live set is bounded (MAX_SESSIONS; only a correct token adds to it) and each
+    entry expires SESSION_SECONDS after sign-in on the monotonic clock.
+    """
+
+    def __init__(self, token: str | None, *, seconds: float = SESSION_SECONDS) -> None:
         self.token = token
+        self._seconds = seconds
         self._secret = secrets.token_bytes(32)
+        self._live: dict[str, float] = {}  # sid -> monotonic expiry, oldest first
 
     def _mac(self, purpose: str, value: str) -> str:
         return hmac.new(self._secret, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
 
     def issue(self) -> str:
-        sid = f"{secrets.token_urlsafe(18)}.{int(time.time())}"
+        now = time.monotonic()
+        for sid in [sid for sid, until in self._live.items() if until <= now]:
+            del self._live[sid]
+        while len(self._live) >= MAX_SESSIONS:
+            del self._live[next(iter(self._live))]
+        sid = secrets.token_urlsafe(18)
+        self._live[sid] = now + self._seconds
         return f"{sid}.{self._mac('session', sid)}"
 
     def session(self, request: Request) -> str | None:
-        """The request's valid session id, if any."""
-        cookie = request.cookies.get(SESSION_COOKIE, "")
-        sid, _, mac = cookie.rpartition(".")
-        if not sid or not hmac.compare_digest(mac, self._mac("session", sid)):
+        """The request's live session id, if any."""
+        sid, _, mac = request.cookies.get(SESSION_COOKIE, "").rpartition(".")
+        if not sid or not _same(mac, self._mac("session", sid)):
             return None
-        issued = sid.rpartition(".")[2]
-        if not issued.isdigit() or time.time() - int(issued) > SESSION_SECONDS:
+        until = self._live.get(sid)
+        if until is None or until <= time.monotonic():
+            self._live.pop(sid, None)
             return None
         return sid
+
+    def revoke(self, sid: str) -> None:
+        self._live.pop(sid, None)
 
     def csrf(self, sid: str | None) -> str | None:
         return None if sid is None else self._mac("csrf", sid)
 
     def bearer(self, request: Request) -> bool:
-        given = request.headers.get("authorization", "")
-        return bool(self.token) and hmac.compare_digest(given, f"Bearer {self.token}")
+        if self.token is None:
+            return False
+        given = request.headers.get("authorization", "").encode("latin-1")  # the raw bytes
+        return _same(given, f"Bearer {self.token}")
+
+    def is_token(self, given: str) -> bool:
+        return self.token is not None and _same(given, self.token)
 
     def allowed(self, request: Request) -> bool:
         return self.token is None or self.bearer(request) or self.session(request) is not None
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """The fields of a small urlencoded form (our forms have one to three short fields)."""
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
+    """The fields of a small urlencoded form (our forms have one to three short fields);
+    a bigger body is not read past the cap, and any form we cannot read is empty."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return {}
+    try:
+        fields = parse_qs(body.decode("latin-1"), max_num_fields=MAX_FORM_FIELDS)
+    except ValueError:  # too many fields
         return {}
-    fields = parse_qs(body.decode("latin-1"), max_num_fields=10)
     return {name: values[0] for name, values in fields.items()}
 
 
@@ -122,8 +176,8 @@ def _same_origin(request: Request) -> bool:
     origin = request.headers.get("origin")
     if origin is None or origin == "null":
         return origin is None
-    parts = urlsplit(origin)
-    return parts.netloc == request.headers.get("host", "")
+    _, scheme_ends, authority = origin.partition("://")
+    return bool(scheme_ends) and authority == request.headers.get("host", "")
 
 
 class _Guard(BaseHTTPMiddleware):
@@ -206,10 +260,18 @@ async def overview_api(request: Request) -> Response:
     return JSONResponse(await _overview_fragments(request))
 
 
+def _job_id(request: Request) -> int:
+    """The path's job id; one past a bigint names no job (JobNotFound, never a 500)."""
+    job_id: int = request.path_params["job_id"]
+    if job_id > MAX_JOB_ID:
+        raise JobNotFound(f"no job {job_id}")
+    return job_id
+
+
 async def job_page(request: Request) -> Response:
     job_id = request.path_params["job_id"]
     try:
-        fragments = await _job_fragments(request, job_id)
+        fragments = await _job_fragments(request, _job_id(request))
     except JobNotFound:
         return HTMLResponse(
             _pages.page("not found", f"<p>No job {job_id}.</p>", poll="", interval=0, csrf=None),
@@ -222,17 +284,27 @@ async def job_page(request: Request) -> Response:
 
 async def job_api(request: Request) -> Response:
     try:
-        return JSONResponse(await _job_fragments(request, request.path_params["job_id"]))
+        return JSONResponse(await _job_fragments(request, _job_id(request)))
     except JobNotFound:
         return JSONResponse({"error": "no such job"}, status_code=404)
 
 
 async def _cancel(store: Store, job_id: int) -> str:
-    return "cancelled" if await store.cancel(job_id) is not None else "not-cancelled"
+    if await store.cancel(job_id) is not None:
+        return "cancelled"
+    return await _unchanged(store, job_id, "not-cancelled")
 
 
 async def _retry(store: Store, job_id: int) -> str:
-    return "retried" if await store.retry(job_id) is not None else "not-retried"
+    if await store.retry(job_id) is not None:
+        return "retried"
+    return await _unchanged(store, job_id, "not-retried")
+
+
+async def _unchanged(store: Store, job_id: int, notice: str) -> str:
+    """A job that was not in a state to act on gets a notice; one that does not exist, 404."""
+    await store.job_detail(job_id)
+    return notice
 
 
 ACTIONS: dict[str, Callable[[Store, int], Awaitable[str]]] = {"cancel": _cancel, "retry": _retry}
@@ -256,22 +328,27 @@ async def job_action(request: Request) -> Response:
     form = await _form(request)
     expected = sessions.csrf(sessions.session(request))
     given = form.get("csrf", "")
-    if expected is None or not hmac.compare_digest(given, expected) or not _same_origin(request):
+    if expected is None or not _same(given, expected) or not _same_origin(request):
         return JSONResponse({"error": "CSRF check failed"}, status_code=403)
     job_id = request.path_params["job_id"]
     action = request.path_params["action"]
     if action not in ACTIONS:
         return JSONResponse({"error": "unknown action"}, status_code=404)
     try:
-        done = await ACTIONS[action](_store(request), job_id)
+        done = await ACTIONS[action](_store(request), _job_id(request))
     except JobNotFound:
         return JSONResponse({"error": "no such job"}, status_code=404)
     return RedirectResponse(f"/jobs/{job_id}?done={done}", status_code=303)
 
 
 def _safe_next(value: str) -> str:
-    """Only same-site paths after login (never an open redirect)."""
-    return value if value.startswith("/") and not value.startswith("//") else "/"
+    """Only same-site paths after login (never an open redirect).
+
+    Browsers read ``/\\host`` as ``//host`` and drop tabs and newlines from URLs, so
+    only a plain path of printable ASCII without backslashes, not starting ``//``, passes.
+    """
+    plain = value.isascii() and value.isprintable() and " " not in value and "\\" not in value
+    return value if plain and value.startswith("/") and not value.startswith("//") else "/"
 
 
 async def login(request: Request) -> Response:
@@ -285,7 +362,7 @@ async def login(request: Request) -> Response:
     token = form.get("token", "")
     if sessions.token is None:
         return RedirectResponse(next_url, status_code=303)
-    if not _same_origin(request) or not hmac.compare_digest(token, sessions.token):
+    if not _same_origin(request) or not sessions.is_token(token):
         await asyncio.sleep(0.5)  # a wrong guess costs time
         body = _pages.login_page(next_url, failed=True)
         page = _pages.page("sign in", body, poll="", interval=0, csrf=None)
@@ -303,6 +380,15 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
+    """End the session here, not just in the browser: a copy of its cookie stops working."""
+    sessions: _Sessions = request.app.state.sessions
+    sid = sessions.session(request)
+    if sid is not None:
+        form = await _form(request)
+        expected = sessions.csrf(sid) or ""
+        if not _same(form.get("csrf", ""), expected) or not _same_origin(request):
+            return JSONResponse({"error": "CSRF check failed"}, status_code=403)
+        sessions.revoke(sid)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE)
     return response
@@ -322,10 +408,17 @@ def create_dashboard(
     access_token: str | None = None,
     labels: ToolLabels | None = None,
     poll_interval: float = 1.0,
+    allowed_hosts: Sequence[str] = (),
 ) -> Starlette:
-    """The dashboard as an ASGI app (serve it with `serve_dashboard`, or mount it yourself)."""
+    """The dashboard as an ASGI app (serve it with `serve_dashboard`, or mount it yourself).
+
+    It answers requests whose Host names the address they arrived on (plus
+    ``localhost``/``127.0.0.1``/``[::1]`` on loopback) or one of ``allowed_hosts``
+    (``name`` or ``name:port``): list the names a proxy or DNS gives it.
+    """
     if access_token is not None and len(access_token) < MIN_TOKEN:
         raise ConfigError(f"the dashboard's access token must be at least {MIN_TOKEN} characters")
+    allowed_names(allowed_hosts)  # now, not at the first request
     labels = labels or ToolLabels()
     app = Starlette(
         routes=[
@@ -339,9 +432,13 @@ def create_dashboard(
             Route("/metrics", metrics_endpoint),
             Route("/static/{name}", static),
         ],
-        middleware=[Middleware(_Guard)],
+        middleware=[
+            Middleware(HostCheck, allowed_hosts=allowed_hosts, headers=SECURITY_HEADERS),
+            Middleware(_Guard),
+        ],
         lifespan=store_lifespan(dsn, DASHBOARD_CONNECTIONS),
     )
+    app.router.redirect_slashes = False  # no URL of ours ends in "/", so none to redirect to
     app.state.sessions = _Sessions(access_token)
     app.state.charts = _Charts()
     app.state.poll_interval = poll_interval
@@ -357,11 +454,21 @@ def serve_dashboard(
     access_token: str | None = None,
     labels: ToolLabels | None = None,
     poll_interval: float = 1.0,
+    allowed_hosts: Sequence[str] = (),
 ) -> ServerThread:
-    """Check the bind, then serve the dashboard on a thread; ``.url`` says where."""
-    check_bind(host, access_token)
+    """Check the bind, then serve the dashboard on a thread; ``.url`` says where.
+
+    A bind to a name (``--host dash.internal``) also answers to that name.
+    """
+    check_bind(host, access_token, allowed_hosts)
+    wildcard = host in WILDCARD_BINDS or is_loopback(host) or parse_host(host, None) is None
+    named = [] if wildcard else [host]  # an address is matched as the one a request came to
     app = create_dashboard(
-        dsn, access_token=access_token, labels=labels, poll_interval=poll_interval
+        dsn,
+        access_token=access_token,
+        labels=labels,
+        poll_interval=poll_interval,
+        allowed_hosts=[*allowed_hosts, *named],
     )
     server = ServerThread(app, host, port, name="tenure-dashboard")
     server.start()

@@ -1,4 +1,4 @@
-"""Serving HTTP from a worker or the CLI: /metrics, the loopback rule, a server on a thread.
+"""Serving HTTP from a worker or the CLI: /metrics, the loopback and Host rules, a thread.
 
 The worker serves /metrics from uvicorn on a thread of its own, with its own
 event loop and its own one-connection store: a tool that blocks the worker's
@@ -9,9 +9,10 @@ servers send runs under a statement timeout, so a slow scrape stays bounded.
 from __future__ import annotations
 
 import ipaddress
+import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -22,6 +23,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._errors import ConfigError
 from .._store._store import Store
@@ -30,16 +32,128 @@ from ._metrics import DatabaseGauges, render
 STATEMENT_TIMEOUT_MS = 2000
 START_TIMEOUT = 15.0
 GRACEFUL_SHUTDOWN = 1  # seconds
+MAX_TARGET = 4096  # bytes of path and query string; our URLs are short
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+_HOST = re.compile(r"(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9.-]+))(?::([0-9]{1,5}))?")
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+    mapped = getattr(address, "ipv4_mapped", None)  # a dual-stack socket's view of IPv4
+    return mapped if mapped is not None else address
 
 
 def is_loopback(host: str) -> bool:
     """True for names and addresses only this machine can reach."""
     if host == "localhost":
         return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    address = _address(host)
+    return address is not None and address.is_loopback
+
+
+def parse_host(value: str, default_port: int | None) -> tuple[str, int | None] | None:
+    """``(name, port)`` of a Host header or an allowed-host entry; None when malformed.
+
+    Names are lower-cased and addresses written one way (``[::1]`` and ``::1`` alike);
+    a missing port is ``default_port``.
+    """
+    found = _HOST.fullmatch(value)
+    if found is None:
+        return None
+    bracketed, name, port = found.groups()
+    if bracketed is not None:
+        try:
+            name = str(ipaddress.IPv6Address(bracketed))
+        except ValueError:
+            return None
+    number = default_port if port is None else int(port)
+    if number is not None and not 0 < number < 65536:
+        return None
+    return name.lower(), number
+
+
+def allowed_names(entries: Iterable[str]) -> list[tuple[str, int | None]]:
+    """Allowed-host entries (``name`` or ``name:port``) parsed; ConfigError names a bad one."""
+    parsed = [(entry, parse_host(entry, None)) for entry in entries]
+    for entry, names in parsed:
+        if names is None:
+            raise ConfigError(f"allowed host {entry!r} is not a host name or host:port")
+    return [names for _, names in parsed if names is not None]
+
+
+class HostCheck:
+    """ASGI middleware: answer only requests addressed to a name this server is bound to.
+
+    DNS rebinding lets a page on attacker.example read a loopback server: the name
+    is re-pointed at 127.0.0.1 and the browser treats the answers as the attacker's
+    own origin. What the browser cannot forge is the Host header, which still says
+    attacker.example; so a request is served only when its Host names the address it
+    arrived on (for a loopback address also ``127.0.0.1``, ``localhost`` and
+    ``[::1]``, at that port) or a name in ``allowed_hosts`` (``name`` for any port,
+    ``name:port`` for one). Anything else gets 421 (400 when malformed, 414 for an
+    overlong target) before any route runs.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        allowed_hosts: Iterable[str] = (),
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.app = app
+        self._headers = dict(headers or {})
+        allowed = allowed_names(allowed_hosts)
+        self._any_port = {name for name, port in allowed if port is None}
+        self._exact = {(name, port) for name, port in allowed if port is not None}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        status, reason = self._verdict(scope)
+        if status == 200:
+            await self.app(scope, receive, send)
+            return
+        response = Response(reason, status_code=status, media_type="text/plain")
+        response.headers.update(self._headers)
+        await response(scope, receive, send)
+
+    def _verdict(self, scope: Scope) -> tuple[int, str]:
+        target = len(scope.get("raw_path") or scope["path"].encode()) + len(
+            scope.get("query_string", b"")
+        )
+        if target > MAX_TARGET:
+            return 414, "request target too long"
+        hosts = [value for name, value in scope["headers"] if name == b"host"]
+        default = DEFAULT_PORTS.get(scope.get("scheme", "http"), 80)
+        given = parse_host(hosts[0].decode("latin-1"), default) if len(hosts) == 1 else None
+        if given is None:
+            return 400, "one well-formed Host header is required"
+        if given[0] in self._any_port or given in self._exact or given in _local_names(scope):
+            return 200, ""
+        return 421, "this server does not answer to that Host"
+
+
+def _local_names(scope: Scope) -> set[tuple[str, int | None]]:
+    """The (name, port) pairs of the address a request arrived on (ASGI's ``server``)."""
+    server = scope.get("server")
+    if not server or server[0] is None:
+        return set()
+    host, port = str(server[0]), server[1]
+    if port is None:
+        port = DEFAULT_PORTS.get(scope.get("scheme", "http"), 80)
+    address = _address(host)
+    if address is not None:
+        host = f"[{address}]" if address.version == 6 else str(address)
+    parsed = parse_host(host, port)
+    names = {parsed} if parsed is not None else set()
+    if is_loopback(host):
+        names.update((name, port) for name in LOOPBACK_NAMES)
+    return names
 
 
 def bounded_dsn(dsn: str, statement_timeout_ms: int = STATEMENT_TIMEOUT_MS) -> str:

@@ -10,7 +10,12 @@ counted incrementally since the exporter started.
 
 Every series is labelled by tool and by the tool's user-supplied ``model`` and
 ``provider`` (``app.tool(labels=...)``). Cardinality is bounded by `ToolLabels`:
-past a cap, new tool names or label values are reported as ``other``.
+past a cap, new tool names or label values are reported as ``other`` — one
+series whose value sums (or, for a min/max gauge, bounds) all of them.
+
+Known series exist from the start: `Metrics.prime` creates every counter at zero
+for the tools a worker runs, so ``rate()`` and ``absent()`` alerts work before
+the first incident instead of seeing nothing until then.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from .._log import Event
-from ._events import EVENTS
+from ._events import EVENTS, JOURNAL_KINDS
 
 if TYPE_CHECKING:
     from .._registry import ToolSpec
@@ -41,6 +46,22 @@ LOSS_REASONS = frozenset({"zero_rows", "deadline_passed", "executor_unobservable
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 LEASE_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 300)
 QUEUE_CAP = 100_000
+# Kinds no worker process emits as events (a derived name, a receiver's, rows only a
+# statement writes); every other kind of the catalogue starts at zero in tenure_events_total.
+NOT_EMITTED = frozenset(
+    {
+        "job_reclaimed",
+        "stale_fence_rejected",
+        "succeeded",
+        "failed",
+        "retried",
+        "released",
+        "cancelled",
+        "retry_requested",
+        "dispatched",
+    }
+)
+Labels = tuple[str, ...]
 
 
 class ToolLabels:
@@ -77,6 +98,11 @@ class ToolLabels:
     def register_specs(self, specs: Iterable[ToolSpec]) -> None:
         for spec in specs:
             self.register(spec.name, dict(spec.labels))
+
+    def known(self) -> list[tuple[str, str, str]]:
+        """The label values of every tool with a series of its own, in first-seen order."""
+        with self._lock:
+            return list(self._tools.values())
 
     def __call__(self, tool: str | None) -> tuple[str, str, str]:
         if tool is None:
@@ -177,6 +203,20 @@ class Metrics:
         if child is None:
             child = self._children[key] = metric.labels(*values)
         return child
+
+    def prime(self, tools: Iterable[str]) -> None:
+        """Create every counter at zero for ``tools`` (and every event kind a worker emits),
+        so a scrape shows them before the first claim, loss or rejection."""
+        for kind in EVENTS:
+            if kind not in NOT_EMITTED:
+                self._child(self.events, kind)
+        per_tool = (self.claimed, self.reclaimed, self.expired, self.rejected, self.requests)
+        for tool in tools:
+            labels = self.labels(tool)
+            for counter in per_tool:
+                self._child(counter, *labels)
+            for reason in sorted(LOSS_REASONS):
+                self._child(self.heartbeat_failures, *labels, reason)
 
     def __call__(self, event: Event) -> None:
         self._child(self.events, event.kind if event.kind in EVENTS else OTHER).inc()
@@ -287,11 +327,15 @@ class DatabaseGauges(Collector):
             labels=TOOL_LABELS,
         )
         capped = any(bool(row["capped"]) for row in queue)
-        for row in queue:
-            tool = self._labels(str(row["tool"]))
-            depth.add_metric(tool, float(row["depth"]))
-            if row["oldest_age"] is not None:
-                oldest.add_metric(tool, max(0.0, float(row["oldest_age"])))
+        known = self._labels.known()
+        depths = _fold(queue, self._labels, "depth", sum, known)
+        ages = _fold(
+            [r for r in queue if r["oldest_age"] is not None], self._labels, "oldest_age", max
+        )
+        for tool, n in depths.items():
+            depth.add_metric(tool, n)
+        for tool, age in ages.items():
+            oldest.add_metric(tool, max(0.0, age))
         yield depth
         yield oldest
         yield GaugeMetricFamily(
@@ -306,8 +350,14 @@ class DatabaseGauges(Collector):
                 "Journal rows written since this exporter started, by kind",
                 labels=["kind", *TOOL_LABELS],
             )
+            counts: dict[Labels, float] = {
+                (kind, *tool): 0.0 for tool in known for kind in sorted(JOURNAL_KINDS)
+            }
             for (kind, name), n in sorted(journal.items()):
-                counter.add_metric([kind, *self._labels(name or None)], n)
+                row: Labels = (kind, *self._labels(name or None))
+                counts[row] = counts.get(row, 0.0) + n
+            for values, total in counts.items():
+                counter.add_metric(list(values), total)
             yield counter
 
     def _held(self, running: list[dict[str, Any]]) -> Iterable[Metric]:
@@ -322,14 +372,33 @@ class DatabaseGauges(Collector):
             "The oldest last heartbeat among held leases",
             labels=TOOL_LABELS,
         )
-        for row in running:
-            tool = self._labels(str(row["tool"]))
-            count.add_metric(tool, float(row["running"]))
-            least.add_metric(tool, float(row["lease_remaining_min"]))
-            oldest.add_metric(tool, float(row["heartbeat_age_max"]))
+        folded = [
+            (count, _fold(running, self._labels, "running", sum, self._labels.known())),
+            (least, _fold(running, self._labels, "lease_remaining_min", min)),
+            (oldest, _fold(running, self._labels, "heartbeat_age_max", max)),
+        ]
+        for family, values in folded:
+            for tool, number in values.items():
+                family.add_metric(tool, number)
         yield count
         yield least
         yield oldest
+
+
+def _fold(
+    rows: Iterable[Mapping[str, Any]],
+    labels: ToolLabels,
+    column: str,
+    combine: Callable[[Iterable[float]], float],
+    zeros: Iterable[Labels] = (),
+) -> dict[Labels, float]:
+    """One value per label set: rows of tools past the cap share ``other``, so they are
+    combined (summed, or the min/max kept) rather than written as duplicate series.
+    ``zeros`` are label sets present at 0 when no row names them."""
+    grouped: dict[Labels, list[float]] = {tool: [] for tool in zeros}
+    for row in rows:
+        grouped.setdefault(labels(str(row["tool"])), []).append(float(row[column]))
+    return {tool: combine(values) if values else 0.0 for tool, values in grouped.items()}
 
 
 def render(registries: Iterable[CollectorRegistry]) -> bytes:

@@ -62,6 +62,7 @@ class WorkerTelemetry:
 
         metrics = process_metrics()
         metrics.labels.register_specs(self._app.tools.values())
+        metrics.prime(self._app.tools)  # every counter at zero before the first incident
         state = MetricsState([metrics.registry], DatabaseGauges(metrics.labels))
         server = ServerThread(
             metrics_app(self._app.dsn, state),
