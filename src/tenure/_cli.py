@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import importlib
 import json
-import logging
 import os
 import re
 import signal
@@ -32,6 +31,7 @@ from rich.table import Table
 from ._app import App
 from ._errors import ConfigError, TenureError
 from ._job import Job
+from ._log import configure_logging
 from ._observe._events import JOURNAL_KINDS
 from ._observe._pages import clock, seconds, summarize
 from ._store._store import EventQuery, migrate
@@ -39,6 +39,7 @@ from ._store._store import EventQuery, migrate
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
@@ -79,6 +80,13 @@ def _env_int(name: str) -> int | None:
     if not value.isdigit():
         raise ConfigError(f"{name} must be a port number, got {value!r}")
     return int(value)
+
+
+def _env_choice(name: str, default: str, choices: Sequence[str]) -> str:
+    value = os.environ.get(name, "").strip().upper() or default
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value[:40]!r}")
+    return value
 
 
 def _console() -> Console:
@@ -373,12 +381,26 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tenure", description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", help="PostgreSQL DSN (default: $TENURE_DSN, else embedded)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    parser.add_argument(
-        "--log-level",
-        default=os.environ.get("TENURE_LOG_LEVEL", "INFO"),
-        choices=["DEBUG", "INFO", "WARNING"],
-        help="default $TENURE_LOG_LEVEL, else INFO (DEBUG adds heartbeat_ok lines)",
-    )
+    for option, env, default, meaning in (
+        (
+            "--log-level",
+            "TENURE_LOG_LEVEL",
+            "INFO",
+            "tenure's and the app's loggers (DEBUG adds heartbeat_ok lines)",
+        ),
+        (
+            "--log-level-others",
+            "TENURE_LOG_LEVEL_OTHERS",
+            "WARNING",
+            "other libraries' loggers: httpx, psycopg... (INFO logs httpx's request URLs)",
+        ),
+    ):
+        parser.add_argument(
+            option,
+            default=_env_choice(env, default, LOG_LEVELS),
+            choices=LOG_LEVELS,
+            help=f"{meaning}; default ${env}, else {default}",
+        )
     parser.add_argument(
         "--log-format", choices=["kv", "json"], help="key=value lines (default) or JSON lines"
     )
@@ -525,6 +547,12 @@ def _run(args: argparse.Namespace) -> int:
             target.close()
 
 
+def _app_package(args: argparse.Namespace) -> tuple[str, ...]:
+    """The top-level package of MODULE:APP: the app's own loggers log like tenure's."""
+    app = getattr(args, "app", None)
+    return (app.partition(":")[0].split(".")[0],) if isinstance(app, str) and app else ()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = _parser()
@@ -534,7 +562,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.log_format:
         os.environ["TENURE_LOG_FORMAT"] = args.log_format
-    logging.basicConfig(level=args.log_level, format="%(message)s", stream=sys.stderr)
+    configure_logging(
+        args.log_level,
+        others=args.log_level_others,
+        as_json=os.environ.get("TENURE_LOG_FORMAT") == "json",
+        own=_app_package(args),
+    )
     try:
         return _run(args)
     except KeyboardInterrupt:
