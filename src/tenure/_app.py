@@ -350,6 +350,7 @@ class App:
             except BaseException as exc:
                 del self._stores[loop]
                 future.set_exception(exc)
+                future.exception()  # retrieved: concurrent awaiters get it, nobody else must
                 raise
             future.set_result(store)
         return await future
