@@ -133,12 +133,17 @@ class App:
 
     @property
     def dsn(self) -> str:
-        """The server's DSN; starts the embedded server (and migrates) on first use."""
+        """The server's DSN; starts the embedded server (and migrates) on first use.
+
+        That server is this process's own, which workers elsewhere never see: it is
+        announced on stderr (once per process) before it starts.
+        """
         with self._lock:
             if self._dsn is None:
-                from ._embedded import EmbeddedPostgres
+                from ._embedded import EmbeddedPostgres, announce
 
                 self._embedded = EmbeddedPostgres()
+                announce(self._embedded)
                 self._dsn = self._embedded.start()
             if self._migrate and not self._migrated:
                 migrate(self._dsn)

@@ -70,6 +70,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -339,6 +340,45 @@ class EmbeddedPostgres:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+_notice_lock = threading.Lock()
+_announced: set[Path] = set()
+_in_use: weakref.WeakSet[EmbeddedPostgres] = weakref.WeakSet()
+
+
+def announce(server: EmbeddedPostgres) -> None:
+    """Say on stderr, once per process and data dir, that an App without a DSN uses
+    `server`: a producer that lost its TENURE_DSN (an MCP client started with a minimal
+    environment) would otherwise queue jobs that the real workers never see."""
+    with _notice_lock:
+        _in_use.add(server)
+        if server.data_dir in _announced:
+            return
+        _announced.add(server.data_dir)
+    print(f"tenure: {usage_notice(server)}", file=sys.stderr, flush=True)
+
+
+def usage_notice(server: EmbeddedPostgres) -> str:
+    """One line naming the embedded server an App without a DSN uses (no secret in it)."""
+    return (
+        f"no TENURE_DSN, so this process uses its own embedded PostgreSQL in {server.data_dir}; "
+        "workers and producers elsewhere do not see its jobs (set TENURE_DSN to the server they "
+        f"use, or give them TENURE_DSN={server.dsn!r})"
+    )
+
+
+def servers_in_use() -> list[EmbeddedPostgres]:
+    """The running embedded servers that Apps without a DSN use in this process."""
+    with _notice_lock:
+        return [server for server in _in_use if server.pid is not None]
+
+
+def embedded_notice() -> str | None:
+    """What a command should print when it works on this process's own embedded server
+    (see `usage_notice`), or None when a DSN named the server."""
+    notices = [usage_notice(server) for server in servers_in_use()]
+    return "\n".join(notices) or None
 
 
 def default_data_dir() -> Path:
