@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypedDict, TypeVar, Unpack
 
+from ._dsn import check_dsn, dsn_from_environment
 from ._errors import (
     ConfigError,
     JobFailed,
@@ -44,7 +45,7 @@ from ._registry import (
     check_tenant,
     make_spec,
 )
-from ._store._store import NewJob, Store, check_dsn, migrate
+from ._store._store import NewJob, Store, migrate
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -87,10 +88,10 @@ class _Portal:
 class App:
     """Registry of tools plus the API to enqueue, inspect, wait for and cancel calls.
 
-    ``dsn`` (or ``TENURE_DSN``) names a PostgreSQL 14+ server; without one, an
-    embedded PostgreSQL is started in tenure's data directory on first use and
-    stopped by `close()`. The schema is migrated on first use unless
-    ``migrate=False`` (then run ``tenure migrate``).
+    ``dsn`` (else ``TENURE_DSN``, else the file ``TENURE_DSN_FILE`` names) names a
+    PostgreSQL 14+ server; without one, an embedded PostgreSQL is started in tenure's
+    data directory on first use (said once on stderr) and stopped by `close()`. The
+    schema is migrated on first use unless ``migrate=False`` (then run ``tenure migrate``).
 
     ``journal_key`` (or ``TENURE_JOURNAL_KEY``, at least 16 bytes) keys the
     HMAC-SHA256 of each payload that the journal carries instead of the payload;
@@ -107,7 +108,7 @@ class App:
         journal_key: bytes | str | None = None,
     ) -> None:
         self._journal_key = journal_key_from(journal_key)
-        given = dsn if dsn is not None else os.environ.get("TENURE_DSN") or None
+        given = dsn if dsn is not None else dsn_from_environment()
         self._dsn = check_dsn(given) if given else None
         if isinstance(signing_key, str):
             signing_key = signing_key.encode()
