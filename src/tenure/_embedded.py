@@ -27,7 +27,7 @@ that still hold shared memory. Other processes that need the same server get
 its DSN (`TENURE_DSN`); a second start on a data dir held by a live server
 raises ConfigError naming that DSN.
 
-Access: nobody but the starting user gets in. The server asks for a password
+Access: no one but the starting user gets in. The server asks for a password
 (SCRAM-SHA-256, `local all all scram-sha-256` is its whole pg_hba.conf); the
 password is generated once and kept in `<base>/pg18.pgpass`, a libpq passfile
 of the starting user with mode 0600, which the DSN names (`passfile=...`): the
@@ -109,7 +109,7 @@ PG_HBA = (
 # Single-user mode binds nothing: a fixed template around a verifier VERIFIER has checked.
 SET_PASSWORD = "ALTER ROLE postgres PASSWORD '{verifier}'"  # noqa: S105 - a template
 VERIFIER = re.compile(r"SCRAM-SHA-256\$[0-9]+:[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+")
-SECRET = re.compile(r"[A-Za-z0-9_-]{40,}")  # what secrets.token_urlsafe(32) gives
+SECRET_SHAPE = re.compile(r"[A-Za-z0-9_-]{40,}")  # what secrets.token_urlsafe(32) gives
 SECRET_BYTES = 32
 SCRAM_ITERATIONS = 4096  # PostgreSQL's default
 PID_STATUS_LINE = 7  # postmaster.pid: "ready" once the server accepts connections
@@ -703,7 +703,7 @@ def _read_secret(passfile: Path) -> str | None:
                 f"{passfile} is not a private file (mode 0600) of uid {os.geteuid()}; remove it"
             )
         fields = f.read(4096).decode(errors="replace").strip().split(":")
-    if len(fields) == 5 and fields[3] == "postgres" and SECRET.fullmatch(fields[4]):
+    if len(fields) == 5 and fields[3] == "postgres" and SECRET_SHAPE.fullmatch(fields[4]):
         return fields[4]
     return None
 
