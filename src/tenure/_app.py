@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypedDict, TypeVar, Unpack
 
+from ._dsn import check_dsn, dsn_from_environment
 from ._errors import (
     ConfigError,
     JobFailed,
@@ -44,7 +45,7 @@ from ._registry import (
     check_tenant,
     make_spec,
 )
-from ._store._store import NewJob, Store, check_dsn, migrate
+from ._store._store import NewJob, Store, migrate
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -104,10 +105,10 @@ class _Portal:
 class App:
     """Registry of tools plus the API to enqueue, inspect, wait for and cancel calls.
 
-    ``dsn`` (or ``TENURE_DSN``) names a PostgreSQL 14+ server; without one, an
-    embedded PostgreSQL is started in tenure's data directory on first use and
-    stopped by `close()`. The schema is migrated on first use unless
-    ``migrate=False`` (then run ``tenure migrate``).
+    ``dsn`` (else ``TENURE_DSN``, else the file ``TENURE_DSN_FILE`` names) names a
+    PostgreSQL 14+ server; without one, an embedded PostgreSQL is started in tenure's
+    data directory on first use (said once on stderr) and stopped by `close()`. The
+    schema is migrated on first use unless ``migrate=False`` (then run ``tenure migrate``).
 
     ``journal_key`` (or ``TENURE_JOURNAL_KEY``, at least 16 bytes) keys the
     HMAC-SHA256 of each payload that the journal carries instead of the payload;
@@ -130,7 +131,7 @@ class App:
     ) -> None:
         self._journal_key = journal_key_from(journal_key)
         self.retain = check_retain(retain)
-        given = dsn if dsn is not None else os.environ.get("TENURE_DSN") or None
+        given = dsn if dsn is not None else dsn_from_environment()
         self._dsn = check_dsn(given) if given else None
         if isinstance(signing_key, str):
             signing_key = signing_key.encode()
@@ -156,12 +157,17 @@ class App:
 
     @property
     def dsn(self) -> str:
-        """The server's DSN; starts the embedded server (and migrates) on first use."""
+        """The server's DSN; starts the embedded server (and migrates) on first use.
+
+        That server is this process's own, which workers elsewhere never see: it is
+        announced on stderr (once per process) before it starts.
+        """
         with self._lock:
             if self._dsn is None:
-                from ._embedded import EmbeddedPostgres
+                from ._embedded import EmbeddedPostgres, announce
 
                 self._embedded = EmbeddedPostgres()
+                announce(self._embedded)
                 self._dsn = self._embedded.start()
             if self._migrate and not self._migrated:
                 migrate(self._dsn)
