@@ -35,6 +35,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 
 from ._app import MAX_KEY_LENGTH, MAX_PRIORITY, MAX_WAIT, App
+from ._embedded import embedded_notice
 from ._errors import ConfigError, TenureError
 from ._job import Job
 from ._log import configure_logging
@@ -338,6 +339,9 @@ async def _jobs(app: App, args: argparse.Namespace, console: Console) -> int:
             state=args.state, tool=args.tool, tenant=args.tenant, limit=args.limit
         )
         console.print(jobs_table(jobs, await store.db_now()))
+        notice = embedded_notice()
+        if notice is not None:  # in the pasted table too, not only on stderr
+            console.print(notice, style="yellow")
     elif args.action == "show":
         console.print(job_table(await store.job_detail(args.id)))
         timeline = await store.job_timeline(args.id)

@@ -49,6 +49,7 @@ logger = logging.getLogger("tenure.worker")
 MAX_CONCURRENCY = 10_000
 CREDENTIAL_VARIABLES = (
     "TENURE_DSN",
+    "TENURE_DSN_FILE",
     "PGPASSWORD",
     "PGPASSFILE",
     "DATABASE_URL",
