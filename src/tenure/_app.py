@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mappi
 from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
+from ._dsn import check_dsn, dsn_from_environment
 from ._errors import (
     ConfigError,
     JobAlreadyEnded,
@@ -49,7 +50,7 @@ from ._registry import (
     make_spec,
 )
 from ._signature import load_result
-from ._store._store import NewJob, Store, check_dsn, migrate
+from ._store._store import NewJob, Store, migrate
 from ._waiting import Waiters, check_timeout
 
 T = TypeVar("T")
@@ -129,10 +130,10 @@ def _blocking(
 class App:
     """Registry of tools plus the API to enqueue, inspect, wait for and cancel calls.
 
-    ``dsn`` (or ``TENURE_DSN``) names a PostgreSQL 14+ server; without one, an
-    embedded PostgreSQL is started in tenure's data directory on first use and
-    stopped by `close()`. The schema is migrated on first use unless
-    ``migrate=False`` (then run ``tenure migrate``).
+    ``dsn`` (else ``TENURE_DSN``, else the file ``TENURE_DSN_FILE`` names) names a
+    PostgreSQL 14+ server; without one, an embedded PostgreSQL is started in tenure's
+    data directory on first use (said once on stderr) and stopped by `close()`. The
+    schema is migrated on first use unless ``migrate=False`` (then run ``tenure migrate``).
 
     ``journal_key`` (or ``TENURE_JOURNAL_KEY``, at least 16 bytes) keys the
     HMAC-SHA256 of each payload that the journal carries instead of the payload;
@@ -167,7 +168,7 @@ class App:
         ):
             raise PolicyError(f"poll_interval must be in [0.01, 3600] s, got {poll_interval!r}")
         self.poll_interval = float(poll_interval)
-        given = dsn if dsn is not None else os.environ.get("TENURE_DSN") or None
+        given = dsn if dsn is not None else dsn_from_environment()
         self._dsn = check_dsn(given) if given else None
         if isinstance(signing_key, str):
             signing_key = signing_key.encode()
@@ -194,12 +195,17 @@ class App:
 
     @property
     def dsn(self) -> str:
-        """The server's DSN; starts the embedded server (and migrates) on first use."""
+        """The server's DSN; starts the embedded server (and migrates) on first use.
+
+        That server is this process's own, which workers elsewhere never see: it is
+        announced on stderr (once per process) before it starts.
+        """
         with self._lock:
             if self._dsn is None:
-                from ._embedded import EmbeddedPostgres
+                from ._embedded import EmbeddedPostgres, announce
 
                 self._embedded = EmbeddedPostgres()
+                announce(self._embedded)
                 self._dsn = self._embedded.start()
             if self._migrate and not self._migrated:
                 migrate(self._dsn)
@@ -388,6 +394,7 @@ class App:
             except BaseException as exc:
                 del self._stores[loop]
                 future.set_exception(exc)
+                future.exception()  # retrieved: concurrent awaiters get it, nobody else must
                 raise
             future.set_result(store)
         return await future

@@ -1,10 +1,15 @@
 """The ``tenure`` command.
 
 Errors are one clear line on stderr and a non-zero exit; ``--debug`` shows the
-traceback. The database is ``--dsn``, else ``TENURE_DSN``, else the embedded
-server in tenure's data directory. Tables are rendered with rich; what they
-show comes from statements that never select payloads, results or error
-messages, so the output is safe to paste into a ticket.
+traceback. Every argument is checked before anything starts: numbers are finite
+and in range, names are printable and short, payloads are JSON objects. The
+database is ``--dsn``, else ``TENURE_DSN``, else the embedded server in
+tenure's data directory. Only ``migrate`` and ``worker`` (and ``enqueue
+--migrate``) create tenure's tables; every other command says so when they are
+missing, so a mistyped DSN gets one line instead of a new schema. Tables are
+rendered with rich; what they show comes from statements that never select
+payloads, results or error messages, so the output is safe to paste into a
+ticket.
 """
 
 from __future__ import annotations
@@ -13,15 +18,15 @@ import argparse
 import asyncio
 import importlib
 import json
-import logging
+import math
 import os
 import re
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 from rich import box
@@ -29,20 +34,36 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 
-from ._app import App
+from ._app import MAX_KEY_LENGTH, MAX_PRIORITY, MAX_WAIT, App
 from ._errors import ConfigError, TenureError
 from ._job import Job
+from ._log import configure_logging
 from ._observe._events import JOURNAL_KINDS
 from ._observe._pages import clock, seconds, summarize
-from ._store._store import EventQuery, migrate
+from ._registry import TENANT_MAX, TOOL_NAME_MAX
+from ._store._store import CONNECT_OPTIONS, EventQuery, Store, migrate
+from ._worker._worker import MAX_CONCURRENCY
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+DAY = 86400.0
 STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 PRUNE_COUNT_CAP = 10_000_000
+NO_SCHEMA = "no tenure schema in this database; run `tenure migrate`"
+# Bounds of the options (the library checks its own again; these come first, so a bad
+# option stops the command before it imports an app or starts a server).
+MAX_ID = 2**63 - 1
+MAX_LIMIT = 10_000
+MAX_PORT = 65_535
+NAME_MAX = 200  # worker names, events --worker
+HOST_MAX = 255
+TARGET_MAX = 300  # MODULE:APP
+DSN_MAX = 8192
+RETENTION = (60.0, 3650 * DAY)  # PrunerConfig's range
 # Spaces between columns, a rule under the header: readable in a terminal and when pasted.
 TABLE: dict[str, Any] = {"box": box.SIMPLE_HEAD, "title_justify": "left"}
 
@@ -56,8 +77,8 @@ def load_app(target: str) -> App:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # the module is the user's: any error importing it is theirs
+        raise ConfigError(f"cannot import {module_name!r}: {_one_line(exc)}") from None
     app = getattr(module, attribute, None)
     if not isinstance(app, App):
         raise ConfigError(f"{target!r} is not a tenure.App (found {type(app).__name__})")
@@ -66,19 +87,128 @@ def load_app(target: str) -> App:
 
 def parse_duration(text: str) -> float:
     """``90``, ``90s``, ``10m``, ``2h``, ``14d`` → seconds."""
-    match = _DURATION.match(text)
+    match = _DURATION.match(text) if len(text) <= 32 else None
     if not match:
-        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 10m, 2h or 14d: {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected a duration like 90s, 10m, 2h or 14d, got {_shown(text)}"
+        )
     return float(match.group(1)) * _UNITS[match.group(2) or "s"]
 
 
-def _env_int(name: str) -> int | None:
+# -- arguments: every one checked before anything starts ----------------------------------
+
+
+def _shown(text: str, most: int = 40) -> str:
+    """A value quoted for an error line, cut short: the line stays one line and short."""
+    return repr(text if len(text) <= most else text[:most] + "...")
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line: its first non-empty line, else its type's name."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
+
+
+def _bounded(
+    convert: Callable[[str], float], low: float, high: float, what: str
+) -> Callable[[str], Any]:
+    """An argparse type: ``convert(text)`` must be finite and within [low, high]."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text) if len(text) <= 64 else math.nan
+        except (ValueError, argparse.ArgumentTypeError):
+            value = math.nan
+        if not math.isfinite(value) or not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"expected {what} in [{_bound(low)}, {_bound(high)}], got {_shown(text)}"
+            )
+        return value
+
+    return parse
+
+
+def _bound(value: float) -> str:
+    return str(value) if isinstance(value, int) or not value.is_integer() else f"{value:.0f}"
+
+
+def integer(low: int, high: int) -> Callable[[str], int]:
+    return _bounded(int, low, high, "an integer")
+
+
+def number(low: float, high: float) -> Callable[[str], float]:
+    return _bounded(float, low, high, "a number")
+
+
+def duration(low: float, high: float) -> Callable[[str], float]:
+    return _bounded(parse_duration, low, high, "a duration (90s, 10m, 2h, 14d) in seconds")
+
+
+def text(most: int, *, printable: bool = True) -> Callable[[str], str]:
+    """An argparse type: 1 to ``most`` characters, printable unless told otherwise, and
+    valid UTF-8 always (an undecodable byte in argv arrives as a lone surrogate)."""
+
+    def parse(value: str) -> str:
+        valid = 1 <= len(value) <= most and "\x00" not in value
+        if valid and printable:
+            valid = value.isprintable()
+        elif valid:
+            valid = not any("\ud800" <= c <= "\udfff" for c in value)
+        if not valid:
+            kind = "printable characters" if printable else "characters of valid UTF-8"
+            raise argparse.ArgumentTypeError(f"expected 1-{most} {kind}, got {_shown(value)}")
+        return value
+
+    return parse
+
+
+def target(value: str) -> str:
+    """``MODULE:APP``."""
+    text(TARGET_MAX)(value)
+    module, _, attribute = value.partition(":")
+    if not module or not attribute:
+        raise argparse.ArgumentTypeError(
+            f"expected MODULE:APP (e.g. myapp:app), got {_shown(value)}"
+        )
+    return value
+
+
+def json_object(value: str) -> dict[str, Any]:
+    """A payload: a JSON object, without NaN or Infinity, nested shallowly enough to parse."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    try:
+        payload = json.loads(value, parse_constant=refuse)
+    except RecursionError:
+        raise argparse.ArgumentTypeError("the payload is nested too deeply") from None
+    except ValueError as exc:  # a syntax error, NaN, or an integer of thousands of digits
+        reason = str(exc) if isinstance(exc, json.JSONDecodeError) else str(exc).split(":")[0]
+        raise argparse.ArgumentTypeError(f"the payload is not JSON: {reason}") from None
+    if not isinstance(payload, dict):
+        raise argparse.ArgumentTypeError(
+            f"the payload must be a JSON object, got {type(payload).__name__}"
+        )
+    return payload
+
+
+def _env_int(name: str, low: int, high: int) -> int | None:
     value = os.environ.get(name, "").strip()
     if not value:
         return None
-    if not value.isdigit():
-        raise ConfigError(f"{name} must be a port number, got {value!r}")
+    if not value.isdigit() or len(value) > 6 or not low <= int(value) <= high:
+        raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {_shown(value)}")
     return int(value)
+
+
+def _env_choice(name: str, default: str, choices: Sequence[str]) -> str:
+    value = os.environ.get(name, "").strip().upper() or default
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {_shown(value)}")
+    return value
 
 
 def _console() -> Console:
@@ -169,8 +299,33 @@ def job_table(job: Mapping[str, Any]) -> Table:
 # -- commands that need the database -----------------------------------------------------
 
 
+async def open_store(app: App) -> Store:
+    """The app's store, once one plain connection got through: a refused or silent server
+    fails within libpq's connect timeout, not after the pool's 30 s of retries."""
+    dsn = await asyncio.to_thread(lambda: app.dsn)  # may start the embedded server
+    probe = await psycopg.AsyncConnection.connect(dsn, **CONNECT_OPTIONS)
+    await probe.close()
+    return await app._store()
+
+
+async def schema_store(app: App) -> Store:
+    """`open_store`, then refuse a database where tenure's schema is missing or behind,
+    rather than reading from (or writing into) a database the DSN names by mistake."""
+    from ._observe._doctor import check_schema
+
+    store = await open_store(app)
+    if await store.applied_migrations() is None:
+        raise ConfigError(NO_SCHEMA)
+    [schema] = await check_schema(store)
+    if schema.status == "fail":
+        raise ConfigError(f"tenure schema: {schema.detail}")
+    return store
+
+
 async def _with_app(app: App, args: argparse.Namespace, target: App | None) -> int:
     try:
+        if args.command != "doctor":  # the doctor reports these as checks of its own
+            await schema_store(app)
         return await _dispatch(app, args, target)
     finally:
         await app.aclose()
@@ -199,11 +354,11 @@ def _event_query(args: argparse.Namespace) -> EventQuery:
     since_at: datetime | None = None
     if args.since:
         try:
-            since_ms = round(parse_duration(args.since) * 1000)
+            since_ms = round(duration(0, RETENTION[1])(args.since) * 1000)
         except argparse.ArgumentTypeError:
             try:
                 since_at = datetime.fromisoformat(args.since).astimezone()
-            except ValueError:
+            except (ValueError, OverflowError):
                 raise ConfigError(
                     f"--since takes a duration (10m, 2h) or an ISO time, got {args.since!r}"
                 ) from None
@@ -234,6 +389,10 @@ async def _prune(app: App, args: argparse.Namespace, console: Console) -> int:
 
     pruner = Pruner(await app._store(), PrunerConfig(retention=args.older_than))
     total = await (await app._store()).count_old_events(pruner.retention_ms, PRUNE_COUNT_CAP)
+    if args.dry_run:
+        many = "at least " if total >= PRUNE_COUNT_CAP else ""
+        console.print(f"would delete {many}{total} journal rows (dry run: nothing deleted)")
+        return 0
     with Progress(
         TextColumn("pruning journal rows older than " + seconds(args.older_than)),
         BarColumn(),
@@ -252,9 +411,9 @@ async def _doctor(app: App, target: App | None, console: Console) -> int:
 
     checks: list[Check] = []
     try:
-        store = await app._store()
+        store = await open_store(app)
     except (psycopg.Error, OSError) as exc:
-        checks.append(Check("connectivity", "fail", f"{type(exc).__name__}: {exc}".splitlines()[0]))
+        checks.append(Check("connectivity", "fail", f"{type(exc).__name__}: {_one_line(exc)}"))
     else:
         steps = list(doctor_steps(store, target))
         with Progress(
@@ -290,9 +449,12 @@ async def _dispatch(app: App, args: argparse.Namespace, target: App | None) -> i
     if args.command == "doctor":
         return await _doctor(app, target, console)
     if args.command == "enqueue":
-        payload = json.loads(args.payload)
         job = await app.enqueue(
-            args.tool, payload, idempotency_key=args.key, priority=args.priority, tenant=args.tenant
+            args.tool,
+            args.payload,
+            idempotency_key=args.key,
+            priority=args.priority,
+            tenant=args.tenant,
         )
         print(json.dumps({"id": job.id, "state": job.state, "created": job.created}))
         if args.wait is not None:
@@ -302,6 +464,13 @@ async def _dispatch(app: App, args: argparse.Namespace, target: App | None) -> i
 
 
 # -- long-running commands ---------------------------------------------------------------
+
+
+async def _checked(app: App) -> None:
+    try:
+        await schema_store(app)
+    finally:
+        await app.aclose()
 
 
 def _serve_until_stopped() -> None:
@@ -323,9 +492,11 @@ def _dashboard(args: argparse.Namespace) -> int:
     token = os.environ.get(TOKEN_ENV) or None
     check_bind(args.host, token, args.allowed_host)  # before anything starts
     app = load_app(args.app) if args.app else App()
+    app._migrate = False  # a read-only command: it checks the schema, never creates it
     labels = ToolLabels()
     labels.register_specs(app.tools.values())
     try:
+        asyncio.run(_checked(app))
         server = serve_dashboard(
             app.dsn,
             args.host,
@@ -370,16 +541,42 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        line = message.replace("\r", "\\r").replace("\n", "\\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {line} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tenure", description=__doc__.splitlines()[0])
-    parser.add_argument("--dsn", help="PostgreSQL DSN (default: $TENURE_DSN, else embedded)")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser = _Parser(prog="tenure", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--log-level",
-        default=os.environ.get("TENURE_LOG_LEVEL", "INFO"),
-        choices=["DEBUG", "INFO", "WARNING"],
-        help="default $TENURE_LOG_LEVEL, else INFO (DEBUG adds heartbeat_ok lines)",
+        "--dsn",
+        type=text(DSN_MAX, printable=False),
+        help="PostgreSQL DSN (default: $TENURE_DSN, else embedded)",
     )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    for option, env, default, meaning in (
+        (
+            "--log-level",
+            "TENURE_LOG_LEVEL",
+            "INFO",
+            "tenure's and the app's loggers (DEBUG adds heartbeat_ok lines)",
+        ),
+        (
+            "--log-level-others",
+            "TENURE_LOG_LEVEL_OTHERS",
+            "WARNING",
+            "other libraries' loggers: httpx, psycopg... (INFO logs httpx's request URLs)",
+        ),
+    ):
+        parser.add_argument(
+            option,
+            default=_env_choice(env, default, LOG_LEVELS),
+            choices=LOG_LEVELS,
+            help=f"{meaning}; default ${env}, else {default}",
+        )
     parser.add_argument(
         "--log-format", choices=["kv", "json"], help="key=value lines (default) or JSON lines"
     )
@@ -387,26 +584,30 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("migrate", help="apply pending schema migrations")
 
-    worker = commands.add_parser("worker", help="run a worker for MODULE:APP")
-    worker.add_argument("app", help="MODULE:APP, e.g. myapp:app")
-    worker.add_argument("--concurrency", type=int, default=10)
-    worker.add_argument("--claim-batch", type=int, default=100)
-    worker.add_argument("--poll-interval", type=float, default=1.0)
+    worker = commands.add_parser("worker", help="run a worker for MODULE:APP (migrates first)")
+    worker.add_argument("app", type=target, help="MODULE:APP, e.g. myapp:app")
+    worker.add_argument("--concurrency", type=integer(1, MAX_CONCURRENCY), default=10)
+    worker.add_argument("--claim-batch", type=integer(1, 1000), default=100)
+    worker.add_argument("--poll-interval", type=number(0.01, 60), default=1.0)
     worker.add_argument(
         "--grace",
-        type=float,
+        type=number(0, 3600),
         default=10.0,
         help="seconds running calls get on SIGTERM before they are released",
     )
-    worker.add_argument("--name", help="worker name in the journal (default host:pid:random)")
+    worker.add_argument(
+        "--name", type=text(NAME_MAX), help="worker name in the journal (default host:pid:random)"
+    )
     worker.add_argument(
         "--metrics-port",
-        type=int,
-        default=_env_int("TENURE_METRICS_PORT"),
+        type=integer(0, MAX_PORT),
+        default=_env_int("TENURE_METRICS_PORT", 0, MAX_PORT),
         help="serve Prometheus /metrics on this port, 0 for any free one "
         "(default $TENURE_METRICS_PORT, else off)",
     )
-    worker.add_argument("--metrics-host", default="127.0.0.1", help="default 127.0.0.1")
+    worker.add_argument(
+        "--metrics-host", type=text(HOST_MAX), default="127.0.0.1", help="default 127.0.0.1"
+    )
     worker.add_argument(
         "--journal-heartbeats",
         action="store_true",
@@ -416,30 +617,40 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--journal-retention",
-        type=parse_duration,
+        type=duration(*RETENTION),
         default="14d",
         help="delete journal rows older than this (default 14d)",
     )
 
     enqueue = commands.add_parser("enqueue", help="enqueue one call of a tool of MODULE:APP")
-    enqueue.add_argument("app", help="MODULE:APP")
-    enqueue.add_argument("tool")
-    enqueue.add_argument("payload", nargs="?", default="{}", help="JSON object")
-    enqueue.add_argument("--key", help="idempotency key")
-    enqueue.add_argument("--priority", type=int, default=0)
-    enqueue.add_argument("--tenant", help="the tenant whose share of the line the call takes")
-    enqueue.add_argument("--wait", type=float, metavar="SECONDS", help="wait for the result")
+    enqueue.add_argument("app", type=target, help="MODULE:APP")
+    enqueue.add_argument("tool", type=text(TOOL_NAME_MAX))
+    enqueue.add_argument("payload", nargs="?", type=json_object, default="{}", help="JSON object")
+    enqueue.add_argument("--key", type=text(MAX_KEY_LENGTH), help="idempotency key")
+    enqueue.add_argument("--priority", type=integer(-MAX_PRIORITY, MAX_PRIORITY), default=0)
+    enqueue.add_argument(
+        "--tenant", type=text(TENANT_MAX), help="the tenant whose share of the line the call takes"
+    )
+    enqueue.add_argument(
+        "--wait", type=number(0, MAX_WAIT), metavar="SECONDS", help="wait for the result"
+    )
+    enqueue.add_argument(
+        "--migrate",
+        action="store_true",
+        help="create or update tenure's tables first (default: refuse a database without them)",
+    )
 
     jobs = commands.add_parser("jobs", help="inspect and operate on jobs")
     actions = jobs.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="owner, token, lease left, heartbeat age")
     listing.add_argument("--state", choices=STATES)
-    listing.add_argument("--tool")
-    listing.add_argument("--tenant")
-    listing.add_argument("--limit", type=int, default=50)
-    actions.add_parser("show", help="the job and its event timeline").add_argument("id", type=int)
-    for action in ("cancel", "retry"):
-        actions.add_parser(action).add_argument("id", type=int)
+    listing.add_argument("--tool", type=text(TOOL_NAME_MAX))
+    listing.add_argument("--tenant", type=text(TENANT_MAX))
+    listing.add_argument("--limit", type=integer(1, MAX_LIMIT), default=50)
+    job_id = integer(1, MAX_ID)
+    show = actions.add_parser("show", help="the job and its event timeline")
+    for action in (show, actions.add_parser("cancel"), actions.add_parser("retry")):
+        action.add_argument("id", type=job_id)
 
     events = commands.add_parser("events", help="filter the event journal")
     events.add_argument(
@@ -448,30 +659,45 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted({*JOURNAL_KINDS, "job_reclaimed"}),
         help="repeatable; job_reclaimed selects claims that took over an expired lease",
     )
-    events.add_argument("--job", type=int)
-    events.add_argument("--tool")
-    events.add_argument("--worker")
-    events.add_argument("--since", help="a duration back from now (10m, 2h) or an ISO time")
-    events.add_argument("--limit", type=int, default=100)
+    events.add_argument("--job", type=job_id)
+    events.add_argument("--tool", type=text(TOOL_NAME_MAX))
+    events.add_argument("--worker", type=text(NAME_MAX))
+    events.add_argument(
+        "--since", type=text(64), help="a duration back from now (10m, 2h) or an ISO time"
+    )
+    events.add_argument("--limit", type=integer(1, MAX_LIMIT), default=100)
     events.add_argument("--json", action="store_true", help="one JSON object per line")
 
     prune = commands.add_parser("prune", help="delete journal rows past their retention")
-    prune.add_argument("--older-than", type=parse_duration, default="14d")
+    prune.add_argument("--older-than", type=duration(*RETENTION), default="14d")
+    prune.add_argument(
+        "--dry-run", action="store_true", help="count the rows it would delete, delete nothing"
+    )
 
     doctor = commands.add_parser(
         "doctor", help="check connectivity, schema, clocks, policies and index plans"
     )
-    doctor.add_argument("app", nargs="?", help="MODULE:APP whose policies to check")
+    doctor.add_argument("app", nargs="?", type=target, help="MODULE:APP whose policies to check")
 
     dashboard = commands.add_parser("dashboard", help="serve the live web dashboard")
-    dashboard.add_argument("app", nargs="?", help="MODULE:APP (for model/provider labels)")
-    dashboard.add_argument("--host", default="127.0.0.1")
-    dashboard.add_argument("--port", type=int, default=8321, help="0 picks a free port")
-    dashboard.add_argument("--poll-interval", type=float, default=1.0)
+    dashboard.add_argument(
+        "app", nargs="?", type=target, help="MODULE:APP (for model/provider labels)"
+    )
+    dashboard.add_argument("--host", type=text(HOST_MAX), default="127.0.0.1")
+    dashboard.add_argument(
+        "--port", type=integer(0, MAX_PORT), default=8321, help="0 picks a free port"
+    )
+    dashboard.add_argument(
+        "--poll-interval",
+        type=number(0.25, 60),
+        default=1.0,
+        help="seconds between the page's refreshes",
+    )
     dashboard.add_argument(
         "--allowed-host",
         action="append",
         default=[],
+        type=text(HOST_MAX),
         metavar="NAME[:PORT]",
         help="also answer to this Host (a proxy's or DNS name); repeatable",
     )
@@ -483,16 +709,31 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     demo = commands.add_parser("demo", help="run the fault-injection demo on the embedded server")
-    demo.add_argument("--jobs", type=int, default=24)
-    demo.add_argument("--workers", type=int, default=3)
+    demo.add_argument("--jobs", type=integer(1, 1000), default=24)
+    demo.add_argument("--workers", type=integer(2, 16), default=3)
     demo.add_argument(
         "--pipeline", action="store_true", help="ADR 0067's review pipeline under SIGKILL instead"
     )
-    demo.add_argument("--runs", type=int, default=6, help="pipeline runs (with --pipeline)")
     demo.add_argument(
-        "--linger", type=float, default=0.0, help="keep the dashboard up this long after the report"
+        "--runs", type=integer(1, 200), default=6, help="pipeline runs (with --pipeline)"
+    )
+    demo.add_argument(
+        "--linger",
+        type=number(0, DAY),
+        default=0.0,
+        help="keep the dashboard up this long after the report",
     )
     return parser
+
+
+def _check_chaos(args: argparse.Namespace) -> None:
+    """What `tenure chaos` takes as plain strings and floats, checked like every option."""
+    try:
+        json_object(args.payload)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"argument payload: {exc}") from None
+    if args.timeout is not None and not (math.isfinite(args.timeout) and 0 < args.timeout <= DAY):
+        raise ConfigError(f"--timeout must be a number of seconds in (0, {DAY:.0f}]")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -501,6 +742,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "chaos":
         from ._chaos import chaos_command
 
+        _check_chaos(args)
         return chaos_command(args)
     if args.command == "demo":
         from ._demo import run_demo, run_pipeline_demo
@@ -524,13 +766,21 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "doctor":  # must see an unmigrated schema as it is, not migrate it
         app = App(target._dsn if target is not None else None, migrate=False)
     else:
-        app = target or App()
+        app = target or App(migrate=False)
+        # Only `enqueue --migrate` creates tables; a mistyped DSN gets NO_SCHEMA instead.
+        app._migrate = bool(getattr(args, "migrate", False))
     try:
         return asyncio.run(_with_app(app, args, target))
     finally:
         app.close()
         if target is not None and target is not app:
             target.close()
+
+
+def _app_package(args: argparse.Namespace) -> tuple[str, ...]:
+    """The top-level package of MODULE:APP: the app's own loggers log like tenure's."""
+    app = getattr(args, "app", None)
+    return (app.partition(":")[0].split(".")[0],) if isinstance(app, str) and app else ()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -542,13 +792,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.log_format:
         os.environ["TENURE_LOG_FORMAT"] = args.log_format
-    logging.basicConfig(level=args.log_level, format="%(message)s", stream=sys.stderr)
+    configure_logging(
+        args.log_level,
+        others=args.log_level_others,
+        as_json=os.environ.get("TENURE_LOG_FORMAT") == "json",
+        own=_app_package(args),
+    )
     try:
         return _run(args)
     except KeyboardInterrupt:
         return 130
-    except (TenureError, json.JSONDecodeError, OSError, psycopg.Error) as exc:
+    except (TenureError, OSError, psycopg.Error) as exc:
         if args.debug:
             raise
-        print(f"tenure: error: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
+        print(f"tenure: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # a bug, or input nothing above foresaw: still one line
+        if args.debug:
+            raise
+        print(
+            f"tenure: error: {type(exc).__name__}: {_one_line(exc)} (--debug shows the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_ERROR

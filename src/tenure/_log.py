@@ -4,7 +4,9 @@ An event is an `Event` value — kind, job id, token, attempt, tool, worker and 
 few scalar fields (codes, durations, counts). `log_event` hands it to every
 attached handler (metrics, the journal writer, tests: see `attach`) and writes
 it as one log line: ``event=job_claimed job=42 token=1043 ...``, or one JSON
-object per line with ``TENURE_LOG_FORMAT=json``.
+object per line with ``TENURE_LOG_FORMAT=json``. The ``tenure`` command logs
+through `LineFormatter` (see `configure_logging`), which stamps every line
+``ts=2026-12-01T15:37:09.123Z`` (UTC, milliseconds) in either format.
 
 Events carry ids, tokens, codes and durations only — never payloads, results
 or error messages, which may hold personal data. The catalogue of kinds, and
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -70,6 +73,10 @@ class Event:
 
 
 Handler = Callable[[Event], None]
+
+# The attribute of a LogRecord that carries an event's fields (see `emit`), so a
+# formatter can lay the line out itself instead of parsing the message.
+EVENT_FIELDS = "tenure_event"
 
 # (handler, the kinds it wants or None for all); replaced, never mutated, so emitters
 # read them without a lock.
@@ -187,4 +194,68 @@ def emit(logger: logging.Logger, event: Event) -> None:
             _handler_errors.exception("telemetry handler %r failed on %s", handler, event.kind)
     if logger.isEnabledFor(event.level):
         as_json = os.environ.get("TENURE_LOG_FORMAT") == "json"
-        logger.log(event.level, format_line(event.record(), as_json=as_json))
+        record = event.record()
+        logger.log(event.level, format_line(record, as_json=as_json), extra={EVENT_FIELDS: record})
+
+
+# -- log lines of the tenure command -------------------------------------------------------
+
+
+def utc_stamp(created: float) -> str:
+    """``2026-12-01T15:37:09.123Z``: ISO 8601 in UTC with milliseconds, whatever the host's
+    time zone, so lines of workers on several machines sort and compare as they are."""
+    millis = int((created % 1) * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{millis:03d}Z"
+
+
+class LineFormatter(logging.Formatter):
+    """One line per record, ``ts`` first: an event's own fields (from `emit`), or the level,
+    logger and message of any other record, as ``key=value`` pairs or one JSON object.
+
+    A traceback stays on its record's line (``exc="Traceback ..."``, escaped), so a log
+    shipper never splits it into lines without a time or a logger.
+    """
+
+    def __init__(self, *, as_json: bool = False) -> None:
+        super().__init__()
+        self.as_json = as_json
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Scalar] = {"ts": utc_stamp(record.created)}
+        fields: Mapping[str, Scalar] | None = getattr(record, EVENT_FIELDS, None)
+        if fields is not None:
+            line.update(fields)
+        else:
+            line["level"] = record.levelname.lower()
+            line["logger"] = record.name
+            line["msg"] = record.getMessage()
+            if record.exc_info:
+                line["exc"] = self.formatException(record.exc_info)
+            if record.stack_info:
+                line["stack"] = self.formatStack(record.stack_info)
+        return format_line(line, as_json=self.as_json)
+
+
+def configure_logging(
+    level: str, *, others: str = "WARNING", as_json: bool = False, own: Iterable[str] = ()
+) -> bool:
+    """Log to stderr through `LineFormatter`: tenure's loggers (and those named in ``own``,
+    the app's package) at ``level``, every other library's at ``others``.
+
+    Other libraries log at INFO what a worker's log must not hold: httpx's ``HTTP
+    Request: POST http://cases.internal/customers/4711`` carries whole URLs, and paths
+    hold customer ids. Like `logging.basicConfig`, this does nothing when the root
+    logger already has handlers (the program embedding tenure configured logging);
+    returns whether it configured.
+    """
+    root = logging.getLogger()
+    if root.handlers:
+        return False
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LineFormatter(as_json=as_json))
+    root.addHandler(handler)
+    root.setLevel(others)
+    logging.captureWarnings(True)  # warnings become stamped lines too (py.warnings, at others)
+    for name in ("tenure", *own):
+        logging.getLogger(name).setLevel(level)
+    return True

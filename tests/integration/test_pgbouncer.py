@@ -24,6 +24,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tests.support.servers import dsn_password, socket_owner
 from tests.support.waiting import wait_until
 
 import tenure
@@ -50,14 +51,18 @@ def pgbouncer_dsn(server_dsn: str) -> Iterator[str]:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     server = conninfo_to_dict(server_dsn)
     migrate(make_conninfo(server_dsn, dbname=name))
-    # Not under pytest's tmp_path: as root, pgbouncer runs as `nobody`, which cannot
-    # enter /tmp/pytest-of-root.
+    # Not under pytest's tmp_path: as root, pgbouncer runs as another account (`nobody`,
+    # or the one that owns the server's socket dir), which cannot enter /tmp/pytest-of-root.
     root = Path(tempfile.mkdtemp(prefix="tenure-pgb-"))
     os.chmod(root, 0o777)
     port = free_port()
     user = str(server.get("user", "postgres"))
     target = f"host={server.get('host', '127.0.0.1')} port={server.get('port', 5432)} dbname={name}"
-    (root / "users.txt").write_text(f'"{user}" ""\n')
+    runas = socket_owner(server_dsn, "nobody")
+    (root / "users.txt").write_text(f'"{user}" "{dsn_password(server_dsn)}"\n')
+    os.chmod(root / "users.txt", 0o600)
+    if os.geteuid() == 0:
+        shutil.chown(root / "users.txt", runas)
     (root / "pgbouncer.ini").write_text(
         f"[databases]\n{name} = {target}\n"
         "[pgbouncer]\n"
@@ -66,7 +71,7 @@ def pgbouncer_dsn(server_dsn: str) -> Iterator[str]:
         "pool_mode = transaction\ndefault_pool_size = 4\n"
         f"logfile = {root / 'pgbouncer.log'}\npidfile = {root / 'pgbouncer.pid'}\n"
     )
-    command = [PGBOUNCER, *(["-u", "nobody"] if os.geteuid() == 0 else []), "pgbouncer.ini"]
+    command = [PGBOUNCER, *(["-u", runas] if os.geteuid() == 0 else []), "pgbouncer.ini"]
     process = subprocess.Popen(command, cwd=root, stdin=subprocess.DEVNULL)
     dsn = make_conninfo(host="127.0.0.1", port=port, user=user, dbname=name)
 

@@ -48,9 +48,9 @@ _FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
 
 
 def parse_event(line: str) -> dict[str, str] | None:
-    """``event=x job=1 reason="a b"`` → {"event": "x", "job": "1", "reason": "a b"}."""
+    """``ts=... event=x job=1 reason="a b"`` → {"ts": ..., "event": "x", "job": "1", ...}."""
     line = line.strip()
-    if not line.startswith("event="):
+    if not line.startswith("event=") and not re.match(r"ts=\S+ event=", line):
         return None
     fields: dict[str, str] = {}
     for key, value in _FIELD.findall(line):

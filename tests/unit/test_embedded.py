@@ -1,8 +1,8 @@
 """The embedded server with real processes: start, stop, owner death, restarts, refusals.
 
 Data dirs live in a fresh directory under the system temp dir made traversable
-(0755): when the tests run as root the server runs as `nobody`, who cannot
-enter pytest's own 0700 temp tree.
+(0755): when the tests run as root the server runs as its own account, which
+cannot enter pytest's own 0700 temp tree.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Literal
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
+from tests.support.servers import run_as, traversable_temp_dir
 from tests.support.waiting import wait_until
 
 import tenure._embedded as embedded
@@ -67,10 +68,8 @@ def _query(server: EmbeddedPostgres, sql: str) -> object:
 
 @pytest.fixture(scope="module")
 def root_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="tenure-emb-"))
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with traversable_temp_dir("tenure-emb-") as path:
+        yield path
 
 
 @pytest.fixture
@@ -184,7 +183,7 @@ def test_second_start_on_a_held_data_dir_is_refused(running: EmbeddedPostgres) -
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
-def test_binaries_nobody_cannot_reach_are_copied(root_dir: Path) -> None:
+def test_binaries_the_server_account_cannot_reach_are_copied(root_dir: Path) -> None:
     private = Path(tempfile.mkdtemp(prefix="tenure-private-"))  # 0700, root's own
     try:
         bundled = embedded._bundled_install()
@@ -198,20 +197,13 @@ def test_binaries_nobody_cannot_reach_are_copied(root_dir: Path) -> None:
         assert embedded._cached_copy(hidden, root_dir / "cache") == copy  # made once
         assert embedded._usable_by_others(copy)
 
-        target = root_dir / "initdb-as-nobody"
+        target = root_dir / "initdb-as-the-server-account"
         target.mkdir(mode=0o700)
-        nobody = embedded._server_account()
-        assert nobody is not None
-        os.chown(target, nobody.pw_uid, nobody.pw_gid)
-        result = subprocess.run(
-            [str(copy / "bin" / "initdb"), "-N", "--locale=C", "-U", "postgres", "-D", target],
-            user=nobody.pw_uid,
-            group=nobody.pw_gid,
-            extra_groups=[],
-            cwd="/",
-            capture_output=True,
-            text=True,
-        )
+        account = embedded._server_account()
+        assert account is not None
+        os.chown(target, account.pw_uid, account.pw_gid)
+        initdb = [str(copy / "bin" / "initdb"), "-N", "--locale=C", "-U", "postgres"]
+        result = run_as(account.pw_name, *initdb, "-D", str(target))
         assert result.returncode == 0, result.stderr
     finally:
         shutil.rmtree(private)

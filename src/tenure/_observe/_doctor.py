@@ -1,6 +1,8 @@
 """`tenure doctor`: the checks an operator runs before trusting a deployment.
 
-Connectivity and server version; the schema version against the migrations
+Which server this is (an embedded server of the doctor's own, started because no
+DSN was given, is a warning: workers elsewhere never see it); connectivity and
+server version; the schema version against the migrations
 this code ships; the difference between the database's clock and this host's
 (tenure never compares leases with a worker's clock, but people compare log
 lines and dashboards with it); every registered policy against the interval
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
+from .._embedded import servers_in_use, usage_notice
 from .._errors import PolicyError
 from .._policy import LeasePolicy
 from .._store._migrate import discover
@@ -54,6 +57,14 @@ class Check:
     name: str
     status: Status
     detail: str
+
+
+def check_embedded() -> list[Check]:
+    """Warn, naming its data dir, when no DSN was given and this process runs its own server."""
+    servers = servers_in_use()
+    if not servers:
+        return [Check("server", "ok", "the one a DSN names (--dsn, TENURE_DSN or TENURE_DSN_FILE)")]
+    return [Check("server", "warn", usage_notice(server)) for server in servers]
 
 
 async def check_server(store: Store) -> list[Check]:
@@ -222,7 +233,11 @@ def doctor_steps(
     async def policies() -> list[Check]:
         return check_policies(app)
 
+    async def embedded() -> list[Check]:
+        return check_embedded()
+
     return [
+        ("server", embedded),
         ("connectivity", lambda: check_server(store)),
         ("schema", lambda: check_schema(store)),
         ("clock", lambda: check_clock(store)),

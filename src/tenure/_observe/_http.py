@@ -224,6 +224,7 @@ class ServerThread:
             host=host,
             port=port,
             log_level="warning",
+            log_config=None,  # its lines go through the process's logging, timestamped
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN,  # a polling browser must not hold it

@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 
+from .._dsn import check_dsn as check_dsn  # its home; imported from here too
 from .._errors import ConfigError, IdempotencyConflict, JobNotFound, QuotaExceeded
 from .._job import Enqueued, Job
 from ._migrate import migrate as apply_migrations
@@ -88,13 +89,6 @@ def _q(name: str) -> LiteralString:
     return QUERIES[name]
 
 
-def check_dsn(dsn: str) -> str:
-    """Refuse a malformed DSN before any connection attempt, with a typed error."""
-    try:
-        psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
-        raise ConfigError(f"malformed DSN: {str(exc).splitlines()[0]}") from None
-    return dsn
 
 
 def migrate(dsn: str) -> list[int]:
