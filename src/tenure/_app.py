@@ -709,8 +709,12 @@ class App:
         store = await self._store()
         job = await self.get(job_id, key=key, tenant=tenant)
         follow = (await self._waiting()).follow([job.id], check_timeout(timeout), progress=True)
+        last: tuple[str, Any] | None = None
         async for _ in follow:
-            yield await store.get_job(job.id)
+            now = await store.get_job(job.id)
+            if (now.state, now.progress) != last:  # the row may be ahead of the status read
+                last = (now.state, now.progress)
+                yield now
 
     async def summary(self) -> dict[str, int]:
         """Counts of jobs by state and of journal events by kind, plus duplicate commits."""

@@ -89,8 +89,6 @@ def _q(name: str) -> LiteralString:
     return QUERIES[name]
 
 
-
-
 def migrate(dsn: str) -> list[int]:
     """Apply tenure's pending migrations; safe to run twice and concurrently."""
     with psycopg.connect(check_dsn(dsn), autocommit=True, **CONNECT_OPTIONS) as conn:
