@@ -65,8 +65,13 @@ class Contract:
             raise PayloadError(f"{what} for {self.tool!r} must be a JSON object (a dict)")
         try:
             jsonable = to_jsonable_python(payload)
-        except PydanticSerializationError as exc:
-            raise PayloadError(f"{what} for {self.tool!r} is not JSON: {exc}") from None
+        except UnicodeEncodeError as exc:
+            raise PayloadError(
+                f"{what} holds text that is not valid Unicode ({exc.reason})"
+            ) from None
+        except (PydanticSerializationError, ValueError, TypeError) as exc:
+            first = str(exc).splitlines()[0]
+            raise PayloadError(f"{what} for {self.tool!r} is not JSON: {first}") from None
         text = encode(jsonable, what, limit)
         try:
             checked = self.arguments.model_validate_json(text, strict=True)
