@@ -116,6 +116,7 @@ def main() -> None:
                     "errors": [None] * len(ids),
                     "delays_ms": [0] * len(ids),
                     "attempt_refunds": [0] * len(ids),
+                    "progress": [None] * len(ids),
                     "owner": "w",
                 },
             }

@@ -105,6 +105,7 @@ def measure(variant: str, jobs: int) -> dict[str, float]:
                     "errors": [None] * n,
                     "delays_ms": [0] * n,
                     "attempt_refunds": [0] * n,
+                    "progress": [None] * n,
                 },
                 prepare=True,
             ).fetchall()

@@ -11,6 +11,7 @@ from ._errors import (
     ConfigError,
     Conflict,
     IdempotencyConflict,
+    JobAlreadyEnded,
     JobCancelled,
     JobFailed,
     JobNotFound,
@@ -33,7 +34,7 @@ from ._errors import (
     UnknownTool,
     WaitTimeout,
 )
-from ._job import Job
+from ._job import Enqueued, Job
 from ._maintenance._pruner import JobPrunerConfig
 from ._maintenance._scheduler import Schedule, SchedulerConfig
 from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
@@ -47,8 +48,10 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "Context",
+    "Enqueued",
     "IdempotencyConflict",
     "Job",
+    "JobAlreadyEnded",
     "JobCancelled",
     "JobFailed",
     "JobNotFound",

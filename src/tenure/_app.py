@@ -8,30 +8,34 @@ not two hand-written copies.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from ._dsn import check_dsn, dsn_from_environment
 from ._errors import (
     ConfigError,
+    JobAlreadyEnded,
+    JobCancelled,
     JobFailed,
+    JobNotFound,
     PayloadError,
     PolicyError,
     RunFailed,
     UnknownTool,
     WaitTimeout,
 )
-from ._job import Job
+from ._job import Enqueued, Job
 from ._maintenance._cron import Cron
 from ._maintenance._scheduler import CatchUp, Every, Schedule
 from ._observe._journal import journal_key as journal_key_from
 from ._observe._journal import payload_hmac
-from ._payload import MAX_PAYLOAD_BYTES, encode, fingerprint
+from ._payload import MAX_PAYLOAD_BYTES, fingerprint
 from ._pipeline._engine import Transitions
 from ._pipeline._model import Pipeline, Run, Stage, Verdict, build_pipeline, run_key
 from ._pipeline._plan import plan_pipeline
@@ -45,9 +49,13 @@ from ._registry import (
     check_tenant,
     make_spec,
 )
+from ._signature import load_result
 from ._store._store import NewJob, Store, migrate
+from ._waiting import Waiters, check_timeout
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 F = TypeVar("F", bound=Callable[..., Any])
 
 MAX_KEY_LENGTH = 500
@@ -102,6 +110,23 @@ class _Portal:
         self._loop.close()
 
 
+def _blocking(
+    method: Callable[Concatenate[App, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[App, P], T]:
+    """The blocking twin of an async App method: the same coroutine, run on the App's
+    private event loop thread."""
+
+    @functools.wraps(method)
+    def blocking(self: App, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._sync(method(self, *args, **kwargs))
+
+    blocking.__name__ = blocking.__qualname__ = f"{method.__name__}_sync"
+    blocking.__doc__ = f"Blocking form of `App.{method.__name__}` (same arguments).\n\n" + (
+        method.__doc__ or ""
+    )
+    return blocking
+
+
 class App:
     """Registry of tools plus the API to enqueue, inspect, wait for and cancel calls.
 
@@ -117,6 +142,10 @@ class App:
     ``retain`` (seconds, default 7 days) is how long an ended job is kept before a
     worker's pruner deletes it, unless its tool or its enqueue says otherwise. It is
     also the idempotency window: once a job is pruned, its key may run again.
+
+    ``poll_interval`` (seconds, default 1) is how often a waiter reads its job when
+    notifications cannot reach it (a pooler in transaction mode); when they can, it
+    reads only when told, plus once every 30 s (or ``poll_interval``, if longer).
     """
 
     def __init__(
@@ -128,9 +157,17 @@ class App:
         max_payload_bytes: int = MAX_PAYLOAD_BYTES,
         journal_key: bytes | str | None = None,
         retain: float = DEFAULT_RETAIN,
+        poll_interval: float = 1.0,
     ) -> None:
         self._journal_key = journal_key_from(journal_key)
         self.retain = check_retain(retain)
+        if (
+            isinstance(poll_interval, bool)
+            or not isinstance(poll_interval, int | float)
+            or not 0.01 <= poll_interval <= 3600
+        ):
+            raise PolicyError(f"poll_interval must be in [0.01, 3600] s, got {poll_interval!r}")
+        self.poll_interval = float(poll_interval)
         given = dsn if dsn is not None else dsn_from_environment()
         self._dsn = check_dsn(given) if given else None
         if isinstance(signing_key, str):
@@ -146,6 +183,7 @@ class App:
         self._embedded: Any = None
         self._lock = threading.Lock()
         self._stores: dict[asyncio.AbstractEventLoop, asyncio.Future[Store]] = {}
+        self._waiters: dict[asyncio.AbstractEventLoop, Waiters] = {}
         self._portal: _Portal | None = None
         self.tools: dict[str, ToolSpec] = {}
         self.pipelines: dict[str, Pipeline] = {}
@@ -361,8 +399,20 @@ class App:
             future.set_result(store)
         return await future
 
+    async def _waiting(self) -> Waiters:
+        """This loop's waiters: one LISTEN connection for all of them, opened on first use."""
+        loop = asyncio.get_running_loop()
+        store = await self._store()
+        waiters = self._waiters.get(loop)
+        if waiters is None:
+            waiters = self._waiters[loop] = Waiters(store, self.dsn, self.poll_interval)
+        return waiters
+
     async def aclose(self) -> None:
         """Close this loop's connections (and the embedded server, from `close()`)."""
+        waiters = self._waiters.pop(asyncio.get_running_loop(), None)
+        if waiters is not None:
+            await waiters.close()
         future = self._stores.pop(asyncio.get_running_loop(), None)
         if future is not None and future.done() and not future.exception():
             await future.result().close()
@@ -404,8 +454,7 @@ class App:
             known = ", ".join(sorted(self.tools)) or "none"
             raise UnknownTool(f"unknown tool {tool!r} (registered: {known})")
         payload = {} if payload is None else payload
-        spec.bind(payload)
-        text = encode(payload, "payload", self._max_payload)
+        text = spec.validate(payload, limit=self._max_payload)
         if key is None:
             key = f"auto:{uuid.uuid4()}"
         if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH or not key.isprintable():
@@ -493,10 +542,12 @@ class App:
         priority: int | None = None,
         tenant: str | None = None,
         retain: float | None = None,
-    ) -> int:
-        """Queue many calls of one tool for one tenant in one statement; returns how many
-        were new. Over the tenant's quota (counting every call given, repeated keys
-        included) the whole batch is refused with QuotaExceeded."""
+    ) -> list[Enqueued]:
+        """Queue many calls of one tool for one tenant in one transaction; returns each
+        call's job id, key and whether it was created, in order. A repeated key returns
+        its existing job; a key that names another call raises IdempotencyConflict, and
+        over the tenant's quota (counting every call given, repeated keys included)
+        QuotaExceeded: then nothing of the batch is queued."""
         if idempotency_keys is not None and len(idempotency_keys) != len(payloads):
             raise PayloadError("idempotency_keys must be as long as payloads")
         keys: Sequence[str | None] = idempotency_keys or [None] * len(payloads)
@@ -506,10 +557,36 @@ class App:
         ]
         return await (await self._store()).enqueue_many(jobs)
 
+    # -- what an agent sees of its tools -----------------------------------------
+
+    def tool_schema(self, tool: str | Callable[..., Any]) -> dict[str, Any]:
+        """The tool's name, description (its docstring) and the JSON Schema of its
+        parameters, in the shape LLM function calling uses:
+        ``{"name": ..., "description": ..., "parameters": {...}}``. The schema is the
+        one `enqueue` checks payloads against."""
+        return self._spec_of(tool).contract.schema()
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """`tool_schema` of every registered tool, by name."""
+        return [self.tools[name].contract.schema() for name in sorted(self.tools)]
+
     # -- operations ------------------------------------------------------------
 
-    async def get(self, job_id: int) -> Job:
-        return await (await self._store()).get_job(job_id)
+    async def get(
+        self, job_id: int | None = None, *, key: str | None = None, tenant: str | None = None
+    ) -> Job:
+        """The job with this id, or with this idempotency ``key`` of ``tenant`` (keys are
+        unique per tenant). Given a tenant, a job of another tenant is not found."""
+        store = await self._store()
+        if (job_id is None) == (key is None):
+            raise PolicyError("give a job id or key=..., exactly one")
+        if key is not None:
+            return await store.job_by_key(key, "" if tenant is None else check_tenant(tenant))
+        assert job_id is not None
+        job = await store.get_job(job_id)
+        if tenant is not None and job.tenant != check_tenant(tenant):
+            raise JobNotFound(f"no job {job_id}")
+        return job
 
     async def list_jobs(
         self,
@@ -528,10 +605,16 @@ class App:
         return await (await self._store()).job_events(job_id)
 
     async def cancel(self, job_id: int) -> Job:
-        """Cancel a queued or running job; a running tool is stopped within one heartbeat."""
+        """Cancel a queued or running job and return it. A running call is told at once
+        (the cancel notifies its worker in the same transaction): an async tool gets
+        CancelledError, a threaded one sees ``ctx.cancelled``. JobAlreadyEnded (a Conflict)
+        if it had already ended: nothing changed, and the error carries the job."""
         store = await self._store()
         cancelled = await store.cancel(job_id)
-        return cancelled if cancelled is not None else await store.get_job(job_id)
+        if cancelled is not None:
+            return cancelled
+        job = await store.get_job(job_id)
+        raise JobAlreadyEnded(f"job {job_id} already ended {job.state}; nothing changed", job)
 
     async def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with one more attempt."""
@@ -542,71 +625,100 @@ class App:
             raise PolicyError(f"job {job_id} is {job.state}; only failed or cancelled jobs retry")
         return retried
 
-    async def wait(self, job_id: int, timeout: float = 60.0) -> Any:
-        """The job's result once it succeeded; JobFailed if it failed or was cancelled."""
-
-        async def probe() -> tuple[bool, Any]:
-            job = await (await self._store()).get_job(job_id)
-            if job.state in ("failed", "cancelled"):
-                code = (job.error or {}).get("code", job.state)
-                raise JobFailed(f"job {job_id} ended {job.state} ({code})", job)
-            return job.state == "succeeded", job.result if job.state == "succeeded" else job.state
-
-        return await _poll(probe, timeout, f"job {job_id}")
-
-    # -- the same, for synchronous callers -------------------------------------
-
-    def enqueue_sync(
+    @overload
+    async def wait(
         self,
-        tool: str,
-        payload: dict[str, Any] | None = None,
+        job_id: int | None = None,
         *,
-        idempotency_key: str | None = None,
-        priority: int | None = None,
-        delay: float = 0.0,
-        concurrency_key: str | None = None,
+        key: str | None = None,
         tenant: str | None = None,
-    ) -> Job:
-        return self._sync(
-            self.enqueue(
-                tool,
-                payload,
-                idempotency_key=idempotency_key,
-                priority=priority,
-                delay=delay,
-                concurrency_key=concurrency_key,
-                tenant=tenant,
-            )
-        )
+        timeout: float | None = None,
+        result_type: None = None,
+    ) -> Any: ...
 
-    def get_sync(self, job_id: int) -> Job:
-        return self._sync(self.get(job_id))
-
-    def wait_sync(self, job_id: int, timeout: float = 60.0) -> Any:
-        return self._sync(self.wait(job_id, timeout))
-
-    def cancel_sync(self, job_id: int) -> Job:
-        return self._sync(self.cancel(job_id))
-
-    def retry_sync(self, job_id: int) -> Job:
-        return self._sync(self.retry(job_id))
-
-    def list_sync(
+    @overload
+    async def wait(
         self,
-        state: str | None = None,
+        job_id: int | None = None,
         *,
-        tool: str | None = None,
+        key: str | None = None,
         tenant: str | None = None,
-        limit: int = 50,
-    ) -> list[Job]:
-        return self._sync(self.list_jobs(state=state, tool=tool, tenant=tenant, limit=limit))
+        timeout: float | None = None,
+        result_type: type[R],
+    ) -> R: ...
+
+    async def wait(
+        self,
+        job_id: int | None = None,
+        *,
+        key: str | None = None,
+        tenant: str | None = None,
+        timeout: float | None = None,
+        result_type: Any = None,
+    ) -> Any:
+        """The job's result once it succeeded: its JSON form, or with ``result_type`` (a
+        pydantic model, a dataclass, ``list[Report]``, ...) that object. JobFailed if it
+        failed (with ``.code`` and ``.attempts``), JobCancelled if it was cancelled.
+
+        Returns within milliseconds of the commit: the commit notifies in its own
+        transaction (polling every ``poll_interval`` only where notifications cannot
+        arrive). ``timeout`` None (the default) waits as long as the job takes: how long
+        it may run is bounded by its tool's time limit and attempts, not by the waiter;
+        give a timeout to bound how long it may also sit in the queue (WaitTimeout).
+        """
+        job = await self.get(job_id, key=key, tenant=tenant)
+        async for _ in (await self._waiting()).follow([job.id], check_timeout(timeout)):
+            pass
+        return self._outcome(await (await self._store()).get_job(job.id), result_type)
+
+    @staticmethod
+    def _outcome(job: Job, result_type: Any = None) -> Any:
+        if job.state == "cancelled":
+            raise JobCancelled(f"job {job.id} was cancelled", job)
+        if job.state != "succeeded":
+            code = (job.error or {}).get("code", job.state)
+            raise JobFailed(f"job {job.id} ended {job.state} ({code})", job)
+        return job.result if result_type is None else load_result(job.result, result_type)
+
+    async def as_completed(
+        self, job_ids: Sequence[int], *, timeout: float | None = None
+    ) -> AsyncIterator[Job]:
+        """Each job, as it ends (succeeded, failed or cancelled), in the order they end;
+        WaitTimeout if some have not ended within ``timeout`` seconds."""
+        store = await self._store()
+        ids = list(dict.fromkeys(job_ids))
+        async for status in (await self._waiting()).follow(ids, check_timeout(timeout)):
+            yield await store.get_job(status.id)
+
+    async def wait_many(self, job_ids: Sequence[int], *, timeout: float | None = None) -> list[Job]:
+        """Every job once all have ended, in the order given (look at each one's state,
+        result and error: a failure does not interrupt the others)."""
+        ended = {job.id: job async for job in self.as_completed(job_ids, timeout=timeout)}
+        return [ended[job_id] for job_id in job_ids]
+
+    async def watch(
+        self,
+        job_id: int | None = None,
+        *,
+        key: str | None = None,
+        tenant: str | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[Job]:
+        """The job now, then again each time its state or progress changes (pushed by the
+        database), ending with the job in its final state."""
+        store = await self._store()
+        job = await self.get(job_id, key=key, tenant=tenant)
+        follow = (await self._waiting()).follow([job.id], check_timeout(timeout), progress=True)
+        last: tuple[str, Any] | None = None
+        async for _ in follow:
+            now = await store.get_job(job.id)
+            if (now.state, now.progress) != last:  # the row may be ahead of the status read
+                last = (now.state, now.progress)
+                yield now
 
     async def summary(self) -> dict[str, int]:
         """Counts of jobs by state and of journal events by kind, plus duplicate commits."""
         return await (await self._store()).summary()
-
-    def summary_sync(self) -> dict[str, int]:
-        return self._sync(self.summary())
 
     # -- pipelines -------------------------------------------------------------
 
@@ -698,28 +810,25 @@ class App:
             pipeline, {"plan": [dict(step) for step in plan]}, idempotency_key=idempotency_key
         )
 
-    def start_run_sync(
-        self,
-        pipeline: str | Pipeline,
-        input: dict[str, Any] | None = None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> Run:
-        return self._sync(self.start_run(pipeline, input, idempotency_key=idempotency_key))
+    # -- the same, for synchronous callers -------------------------------------
+    # Each is the async method above run on a private event loop thread: generated, not
+    # written twice (tests/unit/test_public_api.py checks every coroutine has its twin).
 
-    def get_run_sync(self, run_id: int) -> Run:
-        return self._sync(self.get_run(run_id))
-
-    def wait_run_sync(self, run_id: int, timeout: float = 60.0) -> Run:
-        return self._sync(self.wait_run(run_id, timeout))
-
-    def record_verdict_sync(self, run_id: int, stage: str, token: int, verdict: Verdict) -> Run:
-        return self._sync(self.record_verdict(run_id, stage, token, verdict))
-
-    def dispatch_plan_sync(
-        self, plan: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
-    ) -> Run:
-        return self._sync(self.dispatch_plan(plan, idempotency_key=idempotency_key))
+    enqueue_sync = _blocking(enqueue)
+    enqueue_many_sync = _blocking(enqueue_many)
+    get_sync = _blocking(get)
+    list_jobs_sync = _blocking(list_jobs)
+    events_sync = _blocking(events)
+    cancel_sync = _blocking(cancel)
+    retry_sync = _blocking(retry)
+    wait_sync = _blocking(wait)
+    wait_many_sync = _blocking(wait_many)
+    summary_sync = _blocking(summary)
+    start_run_sync = _blocking(start_run)
+    get_run_sync = _blocking(get_run)
+    wait_run_sync = _blocking(wait_run)
+    record_verdict_sync = _blocking(record_verdict)
+    dispatch_plan_sync = _blocking(dispatch_plan)
 
 
 async def _poll(probe: Callable[[], Awaitable[tuple[bool, Any]]], timeout: float, what: str) -> Any:

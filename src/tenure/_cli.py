@@ -40,7 +40,7 @@ from ._errors import ConfigError, TenureError
 from ._job import Job
 from ._log import configure_logging
 from ._observe._events import JOURNAL_KINDS
-from ._observe._pages import clock, seconds, summarize
+from ._observe._pages import clock, describe_progress, seconds, summarize
 from ._registry import TENANT_MAX, TOOL_NAME_MAX
 from ._store._store import CONNECT_OPTIONS, EventQuery, Store, migrate
 from ._worker._worker import MAX_CONCURRENCY
@@ -286,8 +286,10 @@ def job_table(job: Mapping[str, Any]) -> Table:
         "attempt": f"{job['attempt']}/{job['max_attempts']}",
         "lease left": seconds(_since(job["lease_until"], now)) if running else "-",
         "last heartbeat": beat,
+        "progress": describe_progress(job["progress"]),
         "error code": job["code"] or "-",
         "idempotency key": job["idempotency_key"],
+        "tenant": job["tenant"] or "-",
         "payload hmac": job["payload_hmac"] or "- (no journal key)",
         "created": job["created_at"].isoformat(timespec="milliseconds"),
         "finished": clock(job["finished_at"]),
@@ -524,6 +526,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from ._maintenance._pruner import JobPrunerConfig
     from ._observe._pruner import PrunerConfig
 
     app = load_app(args.app)
@@ -537,11 +540,35 @@ def _worker(args: argparse.Namespace) -> int:
         metrics_host=args.metrics_host,
         journal_heartbeats=args.journal_heartbeats,
         pruner=PrunerConfig(retention=args.journal_retention),
+        job_pruner=JobPrunerConfig(
+            enabled=args.prune_jobs != "off",
+            scope="all" if args.prune_jobs == "all" else "tools",
+            interval=args.prune_interval,
+            batch=args.prune_batch,
+        ),
     )
     try:
         asyncio.run(worker.run(scrub_environment=True))
     finally:
         app.close()
+    return 0
+
+
+def _tools(args: argparse.Namespace) -> int:
+    """The tools an agent would be shown: no database is needed for this."""
+    schemas = load_app(args.app).tool_schemas()
+    if args.json:
+        print(json.dumps(schemas, indent=2, ensure_ascii=False))
+        return 0
+    table = Table(title=f"{len(schemas)} tools of {args.app}", **TABLE)
+    for column in ("TOOL", "ARGUMENTS", "DESCRIPTION"):
+        table.add_column(column)
+    for schema in schemas:
+        properties = schema["parameters"].get("properties", {})
+        required = set(schema["parameters"].get("required", ()))
+        arguments = ", ".join(f"{n}{'' if n in required else '?'}" for n in properties)
+        table.add_row(schema["name"], arguments, schema["description"].split("\n\n")[0])
+    _console().print(table)
     return 0
 
 
@@ -624,6 +651,29 @@ def _parser() -> argparse.ArgumentParser:
         type=duration(*RETENTION),
         default="14d",
         help="delete journal rows older than this (default 14d)",
+    )
+    worker.add_argument(
+        "--prune-jobs",
+        choices=("tools", "all", "off"),
+        default="tools",
+        help="delete ended jobs past their own retention: of this worker's tools (default), "
+        "of every application in the database, or none",
+    )
+    worker.add_argument(
+        "--prune-interval", type=number(0.05, DAY), default=60.0, help="seconds between sweeps"
+    )
+    worker.add_argument(
+        "--prune-batch", type=integer(1, 100_000), default=1000, help="jobs per DELETE"
+    )
+
+    tools = commands.add_parser(
+        "tools", help="each tool of MODULE:APP: name, description, JSON Schema of its arguments"
+    )
+    tools.add_argument("app", type=target, help="MODULE:APP")
+    tools.add_argument(
+        "--json",
+        action="store_true",
+        help="the schemas as JSON, in the shape LLM function calling uses",
     )
 
     enqueue = commands.add_parser("enqueue", help="enqueue one call of a tool of MODULE:APP")
@@ -764,6 +814,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "worker":
         return _worker(args)
+    if args.command == "tools":
+        return _tools(args)
     if args.command == "dashboard":
         return _dashboard(args)
     target = load_app(args.app) if getattr(args, "app", None) else None

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Unpack
 
+from ._errors import PayloadError
 from ._worker._ownership import Ownership
 
 if TYPE_CHECKING:
@@ -34,6 +38,7 @@ class Context:
         ownership: Ownership,
         safety_margin: float,
         signing_key: bytes | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self.job_id = job_id
         self.tool = tool
@@ -45,6 +50,7 @@ class Context:
         self._margin = safety_margin
         self._signing_key = signing_key
         self._cancel = False  # set by the worker's thread, read by the tool's: a plain flag
+        self._progress = progress
 
     def __repr__(self) -> str:
         return (
@@ -100,6 +106,23 @@ class Context:
         """
         return self._cancel or self._ownership.status in ("lost", "cancelled")
 
+    def report_progress(
+        self, done: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Say how far the call got: ``done`` of ``total`` (units are yours), and a short
+        ``message`` (at most 1,000 characters).
+
+        Callable from async and threaded tools alike; it never waits for the database.
+        Reports are coalesced: the worker writes the latest one, fenced by this call's
+        owner and token like a heartbeat, at most a few times a second for all of its
+        calls, so calling this in a tight loop is fine. A stale owner's report is refused.
+        Whoever waits sees it in ``job.progress`` and through ``app.watch(job_id)``. The
+        message is your own text: it stays on the job's row and never enters the journal.
+        """
+        if self._progress is None:
+            return
+        self._progress(progress_json(done, total, message))
+
     def ensure_owned(self, margin: float | None = None) -> None:
         """Raise LeaseLost, OwnershipUnknown or JobCancelled unless an irreversible step
         may start now: the lease is confirmed and at least ``margin`` seconds of it remain
@@ -108,3 +131,31 @@ class Context:
 
     def _request_stop(self) -> None:
         self._cancel = True
+
+
+MAX_PROGRESS_MESSAGE = 1000
+
+
+def progress_json(done: float, total: float | None, message: str | None) -> str:
+    """The JSON of one progress report; PayloadError for values that are not one."""
+    for name, value in (("done", done), ("total", total)):
+        if value is None and name == "total":
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise PayloadError(f"progress {name} must be a finite number, got {value!r}")
+        if value < 0:
+            raise PayloadError(f"progress {name} must not be negative, got {value!r}")
+    if message is not None:
+        if not isinstance(message, str):
+            raise PayloadError(f"progress message must be text, got {type(message).__name__}")
+        if len(message) > MAX_PROGRESS_MESSAGE:
+            raise PayloadError(
+                f"progress message is {len(message)} characters; the limit is "
+                f"{MAX_PROGRESS_MESSAGE}"
+            )
+        message = message.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    return json.dumps({"done": done, "total": total, "message": message}, allow_nan=False)

@@ -148,7 +148,7 @@ class _Demo:
         print(f"[{time.monotonic() - self.started:5.1f}s] {text}", flush=True)
 
     def running_on(self, name: str) -> list[int]:
-        return [j.id for j in self.ops.list_sync("running") if j.owner == name]
+        return [j.id for j in self.ops.list_jobs_sync(state="running") if j.owner == name]
 
     def poll(self, what: str, check: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout

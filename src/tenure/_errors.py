@@ -11,13 +11,14 @@
     ├── IdempotencyConflict    the same idempotency key with a different tool or payload
     ├── QuotaExceeded          the tenant already has its quota of queued jobs
     ├── WaitTimeout            wait() ran out of time; the job goes on
-    ├── JobFailed              wait() on a job that ended failed or cancelled
+    ├── JobFailed              wait() on a job that ended failed
     ├── RunFailed              wait_run() on a run that ended failed or cancelled
     ├── Conflict               a verdict/transition from a stage that no longer owns the run
+    │   └── JobAlreadyEnded    cancel() of a job that had already ended
     ├── OwnershipError         raised inside a tool: stop before the next irreversible step
     │   ├── LeaseLost          the database said zero rows, or the local deadline passed
     │   ├── OwnershipUnknown   the database did not answer; the lease may or may not hold
-    │   └── JobCancelled       an operator cancelled the job
+    │   └── JobCancelled       an operator cancelled the job (wait() raises it too)
     ├── ResultRejected         the fenced commit matched zero rows: a newer owner exists
     ├── StaleFence             a receiver saw a token lower than the highest it accepted
     └── ToolError              raised by tools to say how a failure should be treated
@@ -31,6 +32,12 @@ answer) each call for a different reaction.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._job import Job
 
 
 class TenureError(Exception):
@@ -46,7 +53,14 @@ class PolicyError(TenureError):
 
 
 class PayloadError(TenureError):
-    """A payload or result that is not JSON, too large, or nested too deeply."""
+    """A payload or result that is not JSON, too large, nested too deeply, or that does
+    not fit the tool's signature; ``problems`` lists each problem on its own (the path
+    to the value and what is wrong with it), so a caller, or a model, can fix all of
+    them at once."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems: tuple[str, ...] = tuple(problems)
 
 
 class UnknownTool(TenureError):
@@ -77,11 +91,15 @@ class WaitTimeout(TenureError):
 
 
 class JobFailed(TenureError):
-    """wait() found the job failed or cancelled; `job` carries its final row."""
+    """wait() found the job failed: ``job`` is its final row, ``code`` its error code
+    (``error``, ``permanent``, ``time_limit``, ``lease_expired``, ``bad_result``, ...) and
+    ``attempts`` how many attempts it used."""
 
-    def __init__(self, message: str, job: object) -> None:
+    def __init__(self, message: str, job: Job) -> None:
         super().__init__(message)
-        self.job = job
+        self.job: Job = job
+        self.code: str = str((job.error or {}).get("code", job.state))
+        self.attempts: int = job.attempt
 
 
 class RunFailed(TenureError):
@@ -113,6 +131,14 @@ class Conflict(TenureError):
     """A transition from a party that no longer owns it (HTTP surfaces map it to 409)."""
 
 
+class JobAlreadyEnded(Conflict):
+    """cancel() found the job already ended; ``job`` is its final row, unchanged."""
+
+    def __init__(self, message: str, job: Job) -> None:
+        super().__init__(message)
+        self.job: Job = job
+
+
 class OwnershipError(TenureError):
     """The worker may not take another irreversible step for this job."""
 
@@ -126,7 +152,12 @@ class OwnershipUnknown(OwnershipError):
 
 
 class JobCancelled(OwnershipError):
-    """An operator cancelled the job while it ran."""
+    """The job was cancelled. Inside a tool: stop before the next irreversible step. From
+    wait(): the job ended cancelled, and ``job`` is its final row."""
+
+    def __init__(self, message: str, job: Job | None = None) -> None:
+        super().__init__(message)
+        self.job: Job | None = job
 
 
 class ResultRejected(TenureError):

@@ -35,6 +35,9 @@ class Job:
     payload: Any = field(repr=False)
     result: Any = field(repr=False)
     created: bool = True  # False when enqueue found an existing job under the same key
+    # The last progress its current owner reported ({"done", "total", "message", "at"}),
+    # kept after it ended; None until a tool reports any. The message is the tool's text.
+    progress: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def done(self) -> bool:
@@ -43,3 +46,13 @@ class Job:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:
         return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """One call of a bulk enqueue: its job's id, its key, and whether this enqueue created
+    it (False: the key already named a job, which is the one returned)."""
+
+    id: int
+    idempotency_key: str
+    created: bool

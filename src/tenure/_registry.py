@@ -8,8 +8,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from ._errors import PayloadError, PolicyError
+from ._errors import PolicyError
+from ._payload import MAX_PAYLOAD_BYTES
 from ._policy import ToolPolicy
+from ._signature import Contract, build_contract
 
 TOOL_NAME_MAX = 200
 CONCURRENCY_KEY_MAX = 500
@@ -30,20 +32,16 @@ class ToolSpec:
     fn: Callable[..., Any]
     policy: ToolPolicy
     is_async: bool
-    signature: inspect.Signature
+    contract: Contract  # the signature as a typed contract (see tenure._signature)
     labels: tuple[tuple[str, str], ...] = ()  # (key, value) pairs, see check_labels
     priority: int = 0  # default priority of its calls; higher is claimed first
     concurrency_key: KeyRule = None  # see App.tool
     retain: float | None = None  # seconds its ended jobs are kept; None: the app's
 
-    def bind(self, payload: Any) -> None:
-        """Refuse, at enqueue time, a payload the tool's signature cannot accept."""
-        if not isinstance(payload, dict):
-            raise PayloadError(f"payload for {self.name!r} must be a JSON object (a dict)")
-        try:
-            self.signature.bind(None, **payload)
-        except TypeError as exc:
-            raise PayloadError(f"payload does not fit tool {self.name!r}: {exc}") from None
+    def validate(self, payload: Any, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> str:
+        """The canonical JSON of a payload the tool's signature accepts; PayloadError
+        listing every problem otherwise (nothing is written)."""
+        return self.contract.validate(payload, what, limit)
 
 
 def check_labels(name: str, labels: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
@@ -84,8 +82,7 @@ def make_spec(
         raise PolicyError(f"tool name must be 1-{TOOL_NAME_MAX} printable characters, got {name!r}")
     if not callable(fn):
         raise PolicyError(f"tool {name!r} must be a function")
-    signature = inspect.signature(fn)
-    params = list(signature.parameters.values())
+    params = list(inspect.signature(fn).parameters.values())
     if not params or params[0].kind not in (
         inspect.Parameter.POSITIONAL_ONLY,
         inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -98,7 +95,7 @@ def make_spec(
         fn,
         policy,
         inspect.iscoroutinefunction(fn),
-        signature,
+        build_contract(name, fn),
         check_labels(name, labels),
         check_priority(priority),
         concurrency_key,

@@ -124,8 +124,12 @@ def test_sync_facade_round_trip(tenure_dsn: str) -> None:
         job = app.enqueue_sync("fetch", {"invoice_id": "s"}, idempotency_key="sync")
         assert app.get_sync(job.id).state == "queued"
         assert app.cancel_sync(job.id).state == "cancelled"
-        with pytest.raises(tenure.JobFailed, match="cancelled"):
+        with pytest.raises(tenure.JobCancelled, match="cancelled") as cancelled:
             app.wait_sync(job.id, timeout=1)
+        assert cancelled.value.job is not None and cancelled.value.job.state == "cancelled"
+        with pytest.raises(tenure.JobAlreadyEnded) as ended:
+            app.cancel_sync(job.id)
+        assert ended.value.job.state == "cancelled"
         assert app.retry_sync(job.id).state == "queued"
         with pytest.raises(tenure.WaitTimeout):
             app.wait_sync(job.id, timeout=0.05)

@@ -72,18 +72,20 @@ async def test_a_plan_with_an_unknown_tool_or_an_over_cap_time_limit_queues_noth
         {"tool": "search", "arguments": {"query": "x", "shell": "rm -rf /"}},
         {"tool": "search", "arguments": {"query": "x"}, "idempotency_key": "mine", "lease": 1},
         "search everything",
+        {"tool": "search", "arguments": {"query": 42}},  # the right name, the wrong type
     ]
     before = tables.snapshot()
     with pytest.raises(tenure.PlanRejected) as rejected:
         await app.dispatch_plan(plan)
     problems = rejected.value.problems
-    assert len(problems) == 5
+    assert len(problems) == 6
     assert problems[0].startswith("step 2: unknown tool 'delete_everything'")
     assert "registered: search, summarize" in problems[0]
     assert problems[1] == ("step 3 (summarize): time_limit 3600 s exceeds the tool's cap of 120 s")
-    assert problems[2].startswith("step 4 (search): payload does not fit tool 'search'")
+    assert problems[2] == "step 4 (search): shell: Extra inputs are not permitted (got 'rm -rf /')"
     assert problems[3].startswith("step 5: idempotency_key, lease cannot come from a plan")
     assert problems[4] == "step 6: must be an object with 'tool' and 'arguments'"
+    assert problems[5] == "step 7 (search): query: Input should be a valid string (got 42)"
     assert isinstance(rejected.value, tenure.PolicyError)
     assert tables.snapshot() == before
     with pytest.raises(tenure.PlanRejected, match="a plan must be a list of steps"):

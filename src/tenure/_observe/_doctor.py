@@ -181,6 +181,7 @@ def _probe_params(app: App | None) -> dict[str, dict[str, Any]]:
             "errors": [None] * n,
             "delays_ms": [0] * n,
             "attempt_refunds": [0] * n,
+            "progress": [None] * n,
         },
     }
 

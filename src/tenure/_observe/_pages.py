@@ -249,6 +249,7 @@ def job_summary(job: Mapping[str, Any], *, csrf: str | None, can_act: bool) -> s
         ("attempt", f"{job['attempt']}/{job['max_attempts']}"),
         ("lease left", lease_bar(job, now) if job["state"] == "running" else "-"),
         ("heartbeat age", _age(job["heartbeat_at"], now) if job["state"] == "running" else "-"),
+        ("progress", progress_cell(job.get("progress"))),
         ("error code", h(job["code"] or "-")),
         ("idempotency key", h(job["idempotency_key"])),
         ("payload hmac", h(job["payload_hmac"] or "- (no journal key)")),
@@ -298,3 +299,29 @@ def login_page(next_url: str, failed: bool) -> str:
         '<input type="password" name="token" id="token" autocomplete="current-password" '
         'autofocus required><button type="submit" id="login">Sign in</button></form></section>'
     )
+
+
+def describe_progress(progress: Mapping[str, Any] | None) -> str:
+    """``120/200 (60 %): step 120``, from a job's progress; ``-`` before any report."""
+    if not progress:
+        return "-"
+    done, total = progress.get("done"), progress.get("total")
+    text = f"{done:g}" if isinstance(done, int | float) else "?"
+    if isinstance(total, int | float) and total:
+        text += f"/{total:g}"
+        if isinstance(done, int | float):
+            text += f" ({100 * done / total:.0f} %)"
+    message = progress.get("message")
+    return f"{text}: {message}" if message else text
+
+
+def progress_cell(progress: Mapping[str, Any] | None) -> str:
+    """The tool's last report as a bar (when it gave a total) and its text, escaped."""
+    text = h(describe_progress(progress))
+    if not progress:
+        return text
+    done, total = progress.get("done"), progress.get("total")
+    if isinstance(done, int | float) and isinstance(total, int | float) and total > 0:
+        value = max(0.0, min(float(done), float(total)))
+        return f'<progress max="{float(total):g}" value="{value:g}"></progress> {text}'
+    return text

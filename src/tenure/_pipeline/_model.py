@@ -364,7 +364,7 @@ def build_pipeline(
             infos[tool] = ToolInfo.of(found)
         if spec.arguments is not None:
             try:
-                tools[spec.tool].bind(dict(spec.arguments))
+                tools[spec.tool].validate(dict(spec.arguments), "arguments")
             except PayloadError as exc:
                 raise PolicyError(f"stage {spec.name!r}: {exc}") from None
     return Pipeline(name, stages, first, Graph(first, specs, infos))

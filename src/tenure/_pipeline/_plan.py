@@ -15,8 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._errors import PayloadError, PlanRejected, PolicyError
-from .._payload import MAX_PAYLOAD_BYTES, encode
+from .._errors import PlanRejected, PolicyError
 from .._registry import ToolSpec
 from ._model import Pipeline, Stage, build_pipeline
 
@@ -44,11 +43,7 @@ def _check_step(step: Any, number: int, tools: Mapping[str, ToolSpec]) -> tuple[
         return problems, Stage(where)
     where = f"step {number} ({spec.name})"
     arguments = step.get("arguments", {})
-    try:
-        spec.bind(arguments)
-        encode(arguments, "arguments", MAX_PAYLOAD_BYTES)
-    except PayloadError as exc:
-        problems.append(f"{where}: {exc}")
+    problems += [f"{where}: {problem}" for problem in spec.contract.problems(arguments)]
     limit = step.get("time_limit")
     cap = spec.policy.time_limit
     if limit is not None:

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any, LiteralString, TypeVar
 
@@ -29,7 +29,7 @@ from psycopg_pool.base import AttemptWithBackoff
 
 from .._dsn import check_dsn as check_dsn  # its home; imported from here too
 from .._errors import ConfigError, IdempotencyConflict, JobNotFound, QuotaExceeded
-from .._job import Job
+from .._job import Enqueued, Job
 from ._migrate import migrate as apply_migrations
 from ._queries import load_query_folder
 
@@ -87,9 +87,6 @@ def connect_options() -> dict[str, Any]:
 
 def _q(name: str) -> LiteralString:
     return QUERIES[name]
-
-
-LISTEN = _q("listen")
 
 
 def migrate(dsn: str) -> list[int]:
@@ -174,6 +171,7 @@ class Finish:
     error: dict[str, Any] | None = None
     delay_ms: int = 0
     refund_attempt: bool = False
+    progress_json: str | None = None  # the last progress report, if not written yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +190,17 @@ class JournalRow:
     duration_ms: int | None
     detail: dict[str, Any]
     observed_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """The few columns a waiter reads each time it is told to look again."""
+
+    id: int
+    state: str
+    attempt: int
+    progress: dict[str, Any] | None
+    updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,6 +404,35 @@ def _jsonb(text: str | None) -> Jsonb | None:
     return None if text is None else Jsonb(text, dumps=str)
 
 
+def _bulk_outcome(
+    jobs: Sequence[NewJob], new: dict[str, int], found: dict[str, dict[str, Any]]
+) -> list[Enqueued]:
+    """Each job's id and whether it was created; IdempotencyConflict for a key whose job
+    (already there, or earlier in the batch) is another call."""
+    first: dict[str, NewJob] = {}
+    outcome: list[Enqueued] = []
+    for job in jobs:
+        earlier = first.setdefault(job.key, job)
+        if job.key in new:
+            same = earlier.tool == job.tool and earlier.payload_hash == job.payload_hash
+            created, job_id, tool = earlier is job, new[job.key], earlier.tool
+        else:
+            row = found.get(job.key)
+            if row is None:
+                raise JobNotFound(f"job with idempotency key {job.key!r} vanished during enqueue")
+            same = row["tool"] == job.tool and row["payload_hash"] == job.payload_hash
+            created, job_id, tool = False, int(row["id"]), row["tool"]
+        if not same:
+            raise IdempotencyConflict(
+                f"idempotency key {job.key!r} already names job {job_id} ({tool}) with a "
+                "different "
+                + ("tool" if tool != job.tool else "payload")
+                + "; nothing in this batch was queued"
+            )
+        outcome.append(Enqueued(job_id, job.key, created))
+    return outcome
+
+
 class RunTransaction:
     """The statements of one transaction that moves runs on (see `Store.transaction`).
 
@@ -573,10 +611,15 @@ class Store:
             )
         return found
 
-    async def enqueue_many(self, jobs: Sequence[NewJob]) -> int:
-        """Queue many jobs of one tenant in one statement; returns how many keys were new."""
+    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        """Queue many jobs of one tenant in one transaction: one per job given, in order.
+
+        A key that already names a job returns that job (``created`` False); one that
+        names a job of another tool or payload raises IdempotencyConflict and the whole
+        batch is rolled back, as over the tenant's quota.
+        """
         if not jobs:
-            return 0
+            return []
         tenant, quota = jobs[0].tenant, jobs[0].quota
         if any(j.tenant != tenant for j in jobs):
             raise ValueError("enqueue_many takes the jobs of one tenant per statement")
@@ -594,14 +637,20 @@ class Store:
             "concurrency_limits": [j.concurrency_limit for j in jobs],
             "retains_ms": [j.retain_ms for j in jobs],
         }
-        if len(jobs) < BULK_ANALYZE_MIN:
-            return await self._execute("enqueue_many", params)
         async with self._pool.connection() as conn, conn.transaction():
             with _typed_errors():
-                inserted = (await conn.execute(_q("enqueue_many"), params)).rowcount
-            if inserted >= BULK_ANALYZE_MIN:
-                await _analyze_if_outnumbered(conn, inserted)
-        return inserted
+                rows = await _rows(conn, "enqueue_many", params)
+            new = {row["idempotency_key"]: int(row["id"]) for row in rows}
+            if len(new) >= BULK_ANALYZE_MIN:
+                await _analyze_if_outnumbered(conn, len(new))
+            repeated = sorted({j.key for j in jobs} - new.keys())
+            found = {}
+            if repeated:
+                params = {"tenant": tenant, "keys": repeated}
+                found = {
+                    row["idempotency_key"]: row for row in await _rows(conn, "jobs_by_keys", params)
+                }
+            return _bulk_outcome(jobs, new, found)
 
     # -- workers ---------------------------------------------------------------
 
@@ -658,6 +707,7 @@ class Store:
                 "errors": [None if o.error is None else Jsonb(o.error) for o in outcomes],
                 "delays_ms": [o.delay_ms for o in outcomes],
                 "attempt_refunds": [1 if o.refund_attempt else 0 for o in outcomes],
+                "progress": [o.progress_json for o in outcomes],
             },
             FINISH_TIMEOUT,
         )
@@ -700,6 +750,31 @@ class Store:
         if not rows:
             raise JobNotFound(f"no job {job_id}")
         return Job.from_row(rows[0])
+
+    async def job_by_key(self, key: str, tenant: str) -> Job:
+        """The job of ``tenant`` under ``key`` (keys are unique per tenant)."""
+        rows = await self._fetch("job_by_key", {"key": key, "tenant": tenant})
+        if not rows:
+            shown = key if len(key) <= 80 else key[:77] + "..."
+            raise JobNotFound(
+                f"no job with idempotency key {shown!r}"
+                + (f" for tenant {tenant!r}" if tenant else "")
+            )
+        return replace(Job.from_row(rows[0]), created=True)
+
+    async def job_status(self, job_ids: Sequence[int]) -> dict[int, JobStatus]:
+        """State, attempt and progress of each job that exists: what a waiter looks at."""
+        rows = await self._fetch("job_status", {"ids": list(job_ids)})
+        return {
+            row["id"]: JobStatus(
+                row["id"], row["state"], row["attempt"], row["progress"], row["updated_at"]
+            )
+            for row in rows
+        }
+
+    async def notify(self, channel: str, payload: str) -> None:
+        """Send one notification (a listener's probe)."""
+        await self._fetch("notify", {"channel": channel, "payload": payload})
 
     async def list_jobs(
         self,
@@ -979,6 +1054,23 @@ class LeaseConnection:
             timeout,
         )
         return [Extension(row["id"], row["lease_until"], row["db_now"], sent_at) for row in rows]
+
+    def report_progress(
+        self, owner: str, reports: Sequence[tuple[int, int, str]], timeout: float
+    ) -> set[int]:
+        """Write (job id, token, progress JSON) reports held by ``owner``, fenced like an
+        extension; returns the ids whose report was accepted."""
+        _, rows = self._run(
+            "report_progress",
+            lambda: {
+                "owner": owner,
+                "ids": [r[0] for r in reports],
+                "tokens": [r[1] for r in reports],
+                "progress": [Jsonb(r[2], dumps=str) for r in reports],
+            },
+            timeout,
+        )
+        return {row["id"] for row in rows}
 
     def states(self, job_ids: Sequence[int], timeout: float) -> dict[int, str]:
         _, rows = self._run("job_states", lambda: {"ids": list(job_ids)}, timeout)

@@ -27,6 +27,7 @@ from .._errors import (
     OutcomeUnknown,
     OwnershipError,
     OwnershipUnknown,
+    PayloadError,
     PermanentError,
     RetryableError,
     StaleFence,
@@ -231,16 +232,20 @@ class Executor:
         """Run the tool and say what to commit, or why nothing may be written."""
         timed_out = False
         try:
+            args, kwargs = spec.contract.call_arguments(job.payload)
+        except PayloadError as exc:  # the tool's signature changed since the call was queued
+            return self._failure(spec, job, "bad_payload", exc, retryable=False)
+        try:
             if spec.is_async:
                 self._limits.add(job.id, spec.policy.time_limit)
                 try:
-                    value = await spec.fn(ctx, **job.payload)
+                    value = await spec.fn(ctx, *args, **kwargs)
                 finally:
                     timed_out = self._limits.discard(job.id)
                     if timed_out:
                         _uncancel()  # the limit's cancel is handled here, not by our caller
             else:
-                value = await self._in_thread(spec, ctx, job.payload)
+                value = await self._in_thread(spec, ctx, args, kwargs)
         except TimeLimitExceeded as exc:
             return self._failure(spec, job, "time_limit", exc, retryable=True)
         except asyncio.CancelledError:
@@ -278,6 +283,8 @@ class Executor:
         try:
             if isinstance(value, Verdict):
                 value = value.as_result()  # a gate's verdict is stored as plain JSON
+            else:
+                value = spec.contract.dump_result(value)  # through the return annotation
             text = encode(value, "result", MAX_RESULT_BYTES)
         except Exception as exc:
             return self._failure(spec, job, "bad_result", exc, retryable=False)
@@ -297,10 +304,12 @@ class Executor:
             return Abandoned(status, outcome.state)
         return outcome
 
-    async def _in_thread(self, spec: ToolSpec, ctx: Context, payload: dict[str, Any]) -> Any:
+    async def _in_thread(
+        self, spec: ToolSpec, ctx: Context, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        call = functools.partial(contextvars.copy_context().run, spec.fn, ctx, **payload)
+        call = functools.partial(contextvars.copy_context().run, spec.fn, ctx, *args, **kwargs)
         started = time.monotonic()
         thread = threading.Thread(
             target=_deliver,

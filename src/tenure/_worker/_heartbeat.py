@@ -35,6 +35,8 @@ MAX_TIMEOUT = 10.0
 JOURNAL_TIMEOUT = 1.0
 WATCH_INTERVAL = 0.02
 MAX_BACKLOG = 10_000
+PROGRESS_INTERVAL = 0.25  # at most this often one progress statement for the whole process
+PROGRESS_TIMEOUT = 1.0
 
 
 def _code(detail: dict[str, object]) -> str | None:
@@ -83,6 +85,11 @@ class HeartbeatThread:
         # 1,000 wake-ups and 1,000 scans of every held lease.
         self._beat_at = 0.0
         self._watch_at = 0.0
+        # Progress reports waiting to be written (job id → JSON, latest wins), and the
+        # earliest moment the next batch may go: a tool that reports in a tight loop
+        # costs this process at most one statement per PROGRESS_INTERVAL.
+        self._progress: dict[int, str] = {}
+        self._progress_at = 0.0
         self.ticks = 0
         self.statements = 0
 
@@ -114,6 +121,30 @@ class HeartbeatThread:
     def release(self, job_id: int) -> None:
         with self._lock:
             self._held.pop(job_id, None)
+            self._progress.pop(job_id, None)
+
+    def report(self, job_id: int, progress: str) -> None:
+        """Queue a progress report (any thread; never blocks on the database)."""
+        with self._lock:
+            if job_id not in self._held:
+                return
+            self._progress[job_id] = progress
+            sooner = self._progress_at < self._beat_at
+        if sooner:
+            self._wake.set()
+
+    def take_progress(self, job_id: int) -> str | None:
+        """The job's report not written yet, taken away (its commit will carry it)."""
+        with self._lock:
+            return self._progress.pop(job_id, None)
+
+    def cancelled(self, job_id: int, token: int) -> None:
+        """The database announced that this job was cancelled under ``token``: stop the
+        call now, instead of at the next heartbeat."""
+        with self._lock:
+            item = self._held.get(job_id)
+        if item is not None and item.job.token == token:
+            self._end(item, "cancelled")
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -136,12 +167,37 @@ class HeartbeatThread:
                 except Exception:  # the thread must outlive any single bad tick
                     logger.exception("heartbeat tick failed")
             self._flush_journal()
+            self._flush_progress()
             with self._lock:
                 now = time.monotonic()
                 soonest = min((h.next_beat for h in self._held.values()), default=now + 1)
+                if self._progress:
+                    soonest = min(soonest, self._progress_at)
                 self._beat_at = max(min(soonest, now + 1), now)
             self._wake.wait(self._beat_at - now)
             self._wake.clear()
+
+    def _flush_progress(self) -> None:
+        """Write the waiting progress reports in one fenced statement. A report the
+        database refuses (a stale owner) is dropped: the heartbeat finds out why."""
+        now = time.monotonic()
+        with self._lock:
+            if not self._progress or now < self._progress_at:
+                return
+            reports = [
+                (job_id, self._held[job_id].job.token, text)
+                for job_id, text in self._progress.items()
+                if job_id in self._held
+            ]
+            self._progress.clear()
+            self._progress_at = now + PROGRESS_INTERVAL
+        if not reports:
+            return
+        try:
+            self.statements += 1
+            self._conn.report_progress(self._owner, reports, PROGRESS_TIMEOUT)
+        except psycopg.Error:
+            pass  # progress is advisory; the next report carries the latest
 
     def _tick(self, due: list[Held], now: float) -> None:
         live: list[Held] = []

@@ -35,7 +35,8 @@ from .._maintenance._statistics import StatisticsConfig, StatisticsKeeper
 from .._observe._pruner import PrunerConfig
 from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
-from .._store._store import CONNECT_OPTIONS, LISTEN, ClaimedJob, Store
+from .._store._listener import Listener
+from .._store._store import ClaimedJob, Store
 from ._completer import Completer
 from ._executor import Abandoned, Executor, Stopped
 from ._heartbeat import HeartbeatThread, Held
@@ -158,10 +159,15 @@ class Worker:
         )
         job_pruner = JobPruner(store, list(self._lease_ms), self._job_pruner_config)
         keeper = StatisticsKeeper(store, self._statistics)
-        background = [
-            asyncio.create_task(self._pulse(), name="tenure-pulse"),
-            asyncio.create_task(self._listen(), name="tenure-listen"),
-        ]
+        background = [asyncio.create_task(self._pulse(), name="tenure-pulse")]
+        listener = Listener(
+            dsn,
+            ("tenure_jobs", "tenure_cancel"),
+            functools.partial(self._notified, heartbeat),
+            on_connect=self._wake.set,
+            name=self.name,
+        )
+        listener.start()
         telemetry = WorkerTelemetry(self.app, self.name, store, self._telemetry)
         heartbeat.start()
         completer.start()
@@ -185,6 +191,7 @@ class Worker:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            await listener.stop()
             await keeper.stop()
             await job_pruner.stop()
             await scheduler.stop()
@@ -312,6 +319,7 @@ class Worker:
             ownership=ownership,
             safety_margin=spec.policy.lease.margin,
             signing_key=self.app.signing_key,
+            progress=functools.partial(heartbeat.report, job.id),
         )
         self.counts["claimed"] += 1
         if job.previous_token is not None:
@@ -345,7 +353,8 @@ class Worker:
                 previous_token=job.previous_token,
             )
         task = asyncio.create_task(
-            self._execute(job, ctx, ownership, executor, completer), name=f"tenure-job-{job.id}"
+            self._execute(job, ctx, ownership, executor, completer, heartbeat),
+            name=f"tenure-job-{job.id}",
         )
         self._active[job.id] = task
         loop = asyncio.get_running_loop()
@@ -396,6 +405,7 @@ class Worker:
         ownership: Ownership,
         executor: Executor,
         completer: Completer,
+        heartbeat: HeartbeatThread,
     ) -> None:
         spec = self.app.tools[job.tool]
         started = time.monotonic()
@@ -438,6 +448,8 @@ class Worker:
             code=(finish.error or {}).get("code"),
             duration=round(time.monotonic() - started, 3),
         )
+        # The last progress report not yet written goes with the outcome, fenced with it.
+        finish.progress_json = heartbeat.take_progress(job.id)
         await completer.commit(job, finish, ownership)
 
     # -- background ------------------------------------------------------------
@@ -448,27 +460,12 @@ class Worker:
             self._loop_seen = time.monotonic()
             await asyncio.sleep(PULSE_INTERVAL)
 
-    async def _listen(self) -> None:
-        """Wake the claim loop on NOTIFY; the poll timer covers lost notifications."""
-        pause = 0.1
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self.app.dsn, autocommit=True, **CONNECT_OPTIONS
-                )
-                async with conn:
-                    await conn.execute(LISTEN)
-                    pause = 0.1
-                    self._wake.set()
-                    async for _ in conn.notifies():
-                        self._wake.set()
-            except psycopg.Error as exc:
-                log_event(
-                    logger,
-                    "listen_failed",
-                    worker=self.name,
-                    level=logging.DEBUG,
-                    error=type(exc).__name__,
-                )
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 1.0)
+    def _notified(self, heartbeat: HeartbeatThread, channel: str, payload: str) -> None:
+        """A NOTIFY: new work wakes the claim loop; a cancel stops its call at once."""
+        if channel != "tenure_cancel":
+            self._wake.set()
+            return
+        for item in payload.split(","):
+            job_id, _, token = item.partition(":")
+            if job_id.isdigit() and token.isdigit() and int(job_id) in self._active:
+                heartbeat.cancelled(int(job_id), int(token))

@@ -78,7 +78,7 @@ class ReviewDemo:
             self.say(f"SIGKILL {owner}; started {self.spawn()} in its place")
 
     def jobs(self, state: str, tool: str) -> list[Job]:
-        return self.app.list_sync(state, tool=tool, limit=1000)
+        return self.app.list_jobs_sync(state=state, tool=tool, limit=1000)
 
     def run(self) -> int:
         ids = [

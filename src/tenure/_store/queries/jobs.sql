@@ -48,6 +48,7 @@ FROM first,
     AS u(tool, idempotency_key, payload, payload_hash, max_attempts, priority, payload_hmac,
          concurrency_key, concurrency_limit, retain_ms, n)
 ON CONFLICT (tenant, idempotency_key) DO NOTHING
+RETURNING id, idempotency_key
 
 -- name: claim
 WITH policy AS (
@@ -86,7 +87,8 @@ WITH policy AS (
         lease_until = clock_timestamp() + p.lease_ms * interval '1 millisecond',
         heartbeat_at = clock_timestamp(),
         claimed_at = clock_timestamp(),
-        updated_at = clock_timestamp()
+        updated_at = clock_timestamp(),
+        progress = NULL
     FROM picked, policy p
     WHERE j.id = picked.id AND p.tool = j.tool
     RETURNING j.id, j.tool, j.token, j.attempt, j.max_attempts, j.payload, j.payload_hash,
@@ -157,13 +159,13 @@ FROM held h LEFT JOIN extended e ON e.id = h.id
 WITH outcome AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(states)b::text[],
                          %(results)b::jsonb[], %(errors)b::jsonb[], %(delays_ms)b::integer[],
-                         %(attempt_refunds)b::integer[])
-        AS o(id, token, state, result, error, delay_ms, attempt_refund)
+                         %(attempt_refunds)b::integer[], %(progress)b::text[])
+        AS o(id, token, state, result, error, delay_ms, attempt_refund, progress)
 ), decided AS (
     -- A retry asked for after the last allowed attempt is a failure: the attempt
     -- count never passes max_attempts, whatever the caller sends. (attempt cannot
     -- change under us: only a claim changes it, and a claim changes the token too.)
-    SELECT o.id, o.token, o.result, o.error, o.delay_ms, o.attempt_refund,
+    SELECT o.id, o.token, o.result, o.error, o.delay_ms, o.attempt_refund, o.progress,
            CASE WHEN o.state = 'queued' AND o.attempt_refund = 0
                      AND j.attempt >= j.max_attempts
                 THEN 'failed' ELSE o.state END AS state
@@ -181,7 +183,9 @@ WITH outcome AS (
         finished_at = CASE WHEN o.state = 'queued' THEN NULL ELSE clock_timestamp() END,
         prune_after = CASE WHEN o.state = 'queued' THEN NULL
                            ELSE clock_timestamp() + j.retain_ms * interval '1 millisecond' END,
-        updated_at = clock_timestamp()
+        updated_at = clock_timestamp(),
+        progress = coalesce(o.progress::jsonb || jsonb_build_object('at', clock_timestamp()),
+                            j.progress)
     FROM decided o
     WHERE j.id = o.id
       AND j.token = o.token
@@ -202,9 +206,13 @@ WITH outcome AS (
            CASE WHEN f.code IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('code', f.code) END,
            f.code, f.ran_ms, f.payload_hmac
     FROM finished f
+), notified AS (
+    -- Waiters hear of every job that ended, in this statement's transaction.
+    SELECT tenure_notify('tenure_done', array_agg(f.id::text)) AS n
+    FROM finished f WHERE f.state <> 'queued'
 )
 SELECT o.id, f.id IS NOT NULL AS accepted
-FROM outcome o LEFT JOIN finished f ON f.id = o.id
+FROM notified, outcome o LEFT JOIN finished f ON f.id = o.id
 
 -- name: record_event
 -- code comes from the detail (an error code, or the reason a lease was lost); the keyed payload
@@ -220,8 +228,38 @@ SELECT %(kind)s::text, %(job_id)s::bigint, %(token)s::bigint, %(attempt)s::integ
 -- name: job_states
 SELECT id, state, owner, token FROM tenure_jobs WHERE id = ANY(%(ids)s::bigint[])
 
+-- name: report_progress
+-- The heartbeat thread's batch of progress reports, fenced like an extension: a stale owner's
+-- progress matches zero rows and is dropped. Watchers hear of the jobs that changed.
+WITH reported AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(progress)s::jsonb[])
+        AS p(id, token, progress)
+), written AS (
+    UPDATE tenure_jobs j
+    SET progress = p.progress || jsonb_build_object('at', clock_timestamp())
+    FROM reported p
+    WHERE j.id = p.id
+      AND j.token = p.token
+      AND j.owner = %(owner)s
+      AND j.state = 'running'
+      AND j.lease_until > clock_timestamp()
+    RETURNING j.id
+), notified AS (
+    SELECT tenure_notify('tenure_progress', array_agg(w.id::text)) AS n FROM written w
+)
+SELECT w.id FROM notified, written w
+
 -- name: get_job
 SELECT * FROM tenure_jobs WHERE id = %(id)s
+
+-- name: job_status
+-- What a waiter looks at each time it is told to look again: never the payload or result.
+SELECT id, state, attempt, progress, updated_at FROM tenure_jobs WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: jobs_by_keys
+-- The existing jobs of one tenant under these keys, for a bulk enqueue's repeated keys.
+SELECT id, idempotency_key, tool, payload_hash FROM tenure_jobs
+WHERE tenant = %(tenant)s AND idempotency_key = ANY(%(keys)s::text[])
 
 -- name: list_jobs
 SELECT * FROM tenure_jobs
@@ -253,8 +291,14 @@ WITH cancelled AS (
                 THEN (extract(epoch FROM clock_timestamp() - c.claimed_at) * 1000)::bigint END,
            c.payload_hmac
     FROM cancelled c
+), notified AS (
+    -- The owner of a running call stops it at once; waiters hear that it ended.
+    SELECT tenure_notify('tenure_cancel', array_agg(c.id || ':' || c.token)
+                                          FILTER (WHERE c.owner IS NOT NULL))
+           + tenure_notify('tenure_done', array_agg(c.id::text)) AS n
+    FROM cancelled c
 )
-SELECT * FROM cancelled
+SELECT c.* FROM notified, cancelled c
 
 -- name: retry_job
 WITH retried AS (
@@ -306,14 +350,29 @@ WITH clock AS (
                                (2, 'failed', '{"code": "lease_expired"}'::jsonb))
         AS e(n, kind, detail)
     ORDER BY f.id, e.n
+), notified AS (
+    SELECT tenure_notify('tenure_done', array_agg(f.id::text)) AS n FROM failed f
 )
-SELECT id FROM failed
+SELECT f.id FROM notified, failed f
 
 -- name: db_now
 SELECT clock_timestamp() AS db_now
 
 -- name: listen
 LISTEN tenure_jobs
+
+-- name: listen_cancel
+LISTEN tenure_cancel
+
+-- name: listen_done
+LISTEN tenure_done
+
+-- name: listen_progress
+LISTEN tenure_progress
+
+-- name: notify
+-- A listener's probe: does a notification sent on another connection reach it?
+SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- name: event_summary
 SELECT kind, count(*) AS n,

@@ -80,10 +80,11 @@ ORDER BY id
 LIMIT %(limit)s
 
 -- name: job_detail
--- Everything about a job an operator may see; the error's code, never its message.
+-- Everything about a job an operator may see; the error's code, never its message. Progress
+-- is shown as the tool reported it (its message is the tool's own words, on this row only).
 SELECT id, tool, state, idempotency_key, attempt, max_attempts, token, owner, lease_until,
        heartbeat_at, claimed_at, run_after, priority, created_at, updated_at, finished_at,
-       error ->> 'code' AS code, payload_hmac, clock_timestamp() AS db_now
+       error ->> 'code' AS code, payload_hmac, tenant, progress, clock_timestamp() AS db_now
 FROM tenure_jobs
 WHERE id = %(id)s
 

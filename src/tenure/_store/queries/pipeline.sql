@@ -177,8 +177,17 @@ WITH owned AS (
            jsonb_build_object('code', 'run_ended', 'run', %(run_id)s::bigint),
            'run_ended', NULL, x.payload_hmac
     FROM stopped_jobs x
+), notified AS (
+    SELECT tenure_notify('tenure_done', array_agg(ended.id::text))
+           + tenure_notify('tenure_cancel', array_agg(ended.id || ':' || ended.token)
+                                            FILTER (WHERE ended.stopped)) AS n
+    FROM (SELECT c.id, c.token, false AS stopped FROM committed c
+          WHERE %(job_state)s::text <> 'queued'
+          UNION ALL
+          SELECT x.id, x.token, x.owner IS NOT NULL FROM stopped_jobs x) AS ended
 )
 SELECT EXISTS (SELECT 1 FROM owned) AS owned, EXISTS (SELECT 1 FROM go) AS applied
+FROM notified
 
 -- name: runs_to_rescue
 -- Runs the rescuer must look at: an open stage whose job ended outside a transition or
