@@ -25,7 +25,9 @@ from tests.support.schemas import fresh_schema_dsn
 
 from tenure._store._store import migrate
 
-pytestmark = pytest.mark.storage
+# slow: CI runs it once (246 subprocesses); it checks the command's argument handling, which
+# does not depend on the server version.
+pytestmark = [pytest.mark.storage, pytest.mark.slow]
 
 APP = "tests.observe.observe_app:app"
 PAYLOAD = '{"text": "x"}'
