@@ -211,6 +211,54 @@ async def progress_cost(
     }
 
 
+async def waiting_cost(
+    app: tenure.App, dsn: str, worker_pids: list[int], jobs: int, window: float, slots: int
+) -> dict[str, Any]:
+    """What ``jobs`` calls waiting at waitpoints cost while they wait: they went through a
+    worker with far fewer slots, and now hold no lease, send no heartbeat."""
+    await app.enqueue_many("wait_for_answer", [{} for _ in range(jobs)])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        deadline = time.monotonic() + 300
+        while (
+            conn.execute("SELECT count(*) FROM tenure_jobs WHERE state = 'waiting'").fetchone()[0]
+            < jobs
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the calls never all suspended")
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(2)
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        row = conn.execute(
+            "SELECT d.xact_commit, t.n_tup_upd FROM pg_stat_database d, pg_stat_user_tables t"
+            " WHERE d.datname = current_database() AND t.relname = 'tenure_jobs'"
+        ).fetchone()
+        cpu = CpuWindow(conn, conninfo_to_dict(dsn)["dbname"], worker_pids)
+        await asyncio.sleep(window)
+        used = cpu.close()
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        await asyncio.sleep(1.0)
+        after = conn.execute(
+            "SELECT d.xact_commit, t.n_tup_upd FROM pg_stat_database d, pg_stat_user_tables t"
+            " WHERE d.datname = current_database() AND t.relname = 'tenure_jobs'"
+        ).fetchone()
+        running = conn.execute(
+            "SELECT count(*) FROM tenure_jobs WHERE state = 'running'"
+        ).fetchone()[0]
+        conn.execute("UPDATE tenure_jobs SET state = 'cancelled' WHERE state = 'waiting'")
+        conn.execute("UPDATE tenure_waitpoints SET state = 'cancelled' WHERE state = 'open'")
+    wall = used["wall_s"]
+    assert row is not None and after is not None
+    return {
+        "waiting": jobs,
+        "slots": slots,
+        "running": running,
+        "transactions_per_s": round((after[0] - row[0]) / wall, 1),
+        "rows_updated_per_s": round((after[1] - row[1]) / wall, 1),
+        "pg_cpu_pct": round(100 * used["pg_backend_cpu_s"] / wall, 1),
+        "worker_cpu_pct": round(100 * used["worker_cpu_s"] / wall, 1),
+    }
+
+
 async def run(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     udp = Udp()
     env = {
@@ -280,6 +328,10 @@ async def run(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         results["progress_on"] = await progress_cost(
             app, dsn, pids, args.jobs, args.rate, args.window
         )
+        log(f"waiting: {args.waiting} calls at waitpoints, {args.window} s")
+        results["waiting"] = await waiting_cost(
+            app, dsn, pids, args.waiting, args.window, max(args.jobs, 50)
+        )
     finally:
         stop(workers)
         await app.aclose()
@@ -287,7 +339,7 @@ async def run(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
 
 
 def report(r: dict[str, Any]) -> str:
-    on, off = r["progress_on"], r["progress_off"]
+    on, off, w = r["progress_on"], r["progress_off"], r["waiting"]
     lines = [
         "| figure | p50 | p95 |",
         "|---|---:|---:|",
@@ -313,6 +365,14 @@ def report(r: dict[str, Any]) -> str:
         f"{off['pg_cpu_pct']} % | {off['worker_cpu_pct']} % |",
         f"| with progress | {on['transactions_per_s']} | {on['rows_updated_per_s']} | "
         f"{on['pg_cpu_pct']} % | {on['worker_cpu_pct']} % |",
+        "",
+        f"{w['waiting']:,} calls waiting at waitpoints (they went through a worker with "
+        f"{w['slots']} slots; {w['running']} running now):",
+        "",
+        "| transactions/s | rows updated/s | PostgreSQL CPU | worker CPU |",
+        "|---:|---:|---:|---:|",
+        f"| {w['transactions_per_s']} | {w['rows_updated_per_s']} | {w['pg_cpu_pct']} % | "
+        f"{w['worker_cpu_pct']} % |",
     ]
     return "\n".join(lines)
 
@@ -324,6 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=10.0)
     parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument("--waiting", type=int, default=10_000)
     parser.add_argument("--db", default="tenure_bench_runtime")
     args = parser.parse_args(argv)
     admin = os.environ.get(

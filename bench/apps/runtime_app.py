@@ -1,8 +1,9 @@
 """The tenure app of ``bench/runtime.py``: what the agent-facing runtime costs.
 
 Tools: ``echo`` (a result to wait for), ``spin_async`` and ``spin_thread`` (calls to
-cancel; each sends ``stopped KEY TIME`` by UDP the moment it is stopped), and
-``report_loop`` (a call that reports progress ``rate`` times a second). Heartbeats are
+cancel; each sends ``stopped KEY TIME`` by UDP the moment it is stopped),
+``report_loop`` (a call that reports progress ``rate`` times a second) and
+``wait_for_answer`` (a call that suspends at a waitpoint at once). Heartbeats are
 every 30 s, so nothing measured here rides on a heartbeat.
 """
 
@@ -59,3 +60,10 @@ async def report_loop(ctx: Context, seconds: float, rate: float) -> None:
             done += 1
             ctx.report_progress(done, None, f"step {done}")
         await asyncio.sleep(1 / rate if rate else 0.5)
+
+
+@app.tool(**POLICY)
+async def wait_for_answer(ctx: Context) -> None:
+    wp = ctx.waitpoint("answer", timeout=3600)
+    if wp.pending:
+        ctx.suspend(wp)

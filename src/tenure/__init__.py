@@ -39,6 +39,7 @@ from ._maintenance._pruner import JobPrunerConfig
 from ._maintenance._scheduler import Schedule, SchedulerConfig
 from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
 from ._policy import LeasePolicy, RetryPolicy, ToolPolicy
+from ._waitpoint import Waitpoint
 from ._worker._worker import Worker
 
 __version__ = "0.1.0"
@@ -84,5 +85,6 @@ __all__ = [
     "UnknownTool",
     "Verdict",
     "WaitTimeout",
+    "Waitpoint",
     "Worker",
 ]

@@ -20,6 +20,7 @@ from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, over
 from ._dsn import check_dsn, dsn_from_environment
 from ._errors import (
     ConfigError,
+    Conflict,
     JobAlreadyEnded,
     JobCancelled,
     JobFailed,
@@ -52,6 +53,7 @@ from ._registry import (
 from ._signature import load_result
 from ._store._store import NewJob, Store, migrate
 from ._waiting import Waiters, check_timeout
+from ._waitpoint import answer_json, token_hash
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -64,6 +66,7 @@ MAX_DELAY = 30 * 24 * 3600.0
 MAX_WAIT = 7 * 24 * 3600.0
 DAY = 24 * 3600.0
 DEFAULT_RETAIN = 7 * DAY
+CHECK_IDLE = 30.0  # a producer's pooled connection idle longer is checked before use
 MIN_RETAIN = 1.0
 MAX_RETAIN = 3650 * DAY
 
@@ -389,7 +392,8 @@ class App:
             self._stores[loop] = future
             try:
                 dsn = await asyncio.to_thread(lambda: self.dsn)
-                store = Store(dsn)
+                # A producer's connections may sit idle through a database restart.
+                store = Store(dsn, check_idle=CHECK_IDLE)
                 await store.open()
             except BaseException as exc:
                 del self._stores[loop]
@@ -616,6 +620,19 @@ class App:
         job = await store.get_job(job_id)
         raise JobAlreadyEnded(f"job {job_id} already ended {job.state}; nothing changed", job)
 
+    async def complete_waitpoint(self, token: str, answer: Any = None) -> Job:
+        """Answer the waitpoint whose token a suspended call handed out: the answer (any
+        JSON) reaches the tool, which is called again. Accepted once, while the waitpoint
+        is open and its job waits there: a second, late or unknown answer raises Conflict
+        and writes nothing. Returns the job, queued again."""
+        if not isinstance(token, str) or not 1 <= len(token) <= 200:
+            raise Conflict("no open waitpoint has this token")
+        store = await self._store()
+        job_id = await store.complete_waitpoint(token_hash(token), answer_json(answer))
+        if job_id is None:
+            raise Conflict("no open waitpoint has this token (answered, timed out or unknown)")
+        return await store.get_job(job_id)
+
     async def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with one more attempt."""
         store = await self._store()
@@ -820,6 +837,7 @@ class App:
     list_jobs_sync = _blocking(list_jobs)
     events_sync = _blocking(events)
     cancel_sync = _blocking(cancel)
+    complete_waitpoint_sync = _blocking(complete_waitpoint)
     retry_sync = _blocking(retry)
     wait_sync = _blocking(wait)
     wait_many_sync = _blocking(wait_many)

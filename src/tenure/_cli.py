@@ -47,7 +47,7 @@ from ._worker._worker import MAX_CONCURRENCY
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
-STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+STATES = ("queued", "running", "waiting", "succeeded", "failed", "cancelled")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -299,6 +299,25 @@ def job_table(job: Mapping[str, Any]) -> Table:
     return table
 
 
+def waitpoints_table(waits: Iterable[Mapping[str, Any]]) -> Table:
+    """A job's waitpoints: what it waits for and how long it still may."""
+    table = Table(title="waitpoints", **TABLE)
+    for column in ("NAME", "STATE", "ON TIMEOUT", "TIME LEFT", "OPENED", "ASKS"):
+        table.add_column(column, no_wrap=column != "ASKS")
+    for w in waits:
+        left = seconds(w["seconds_left"]) if w["state"] == "open" else "-"
+        asks = "-" if w["request"] is None else json.dumps(w["request"], ensure_ascii=False)
+        table.add_row(
+            w["name"],
+            w["state"],
+            w["on_timeout"],
+            left,
+            w["created_at"].isoformat(timespec="seconds"),
+            asks if len(asks) <= 200 else asks[:197] + "...",
+        )
+    return table
+
+
 # -- commands that need the database -----------------------------------------------------
 
 
@@ -346,6 +365,9 @@ async def _jobs(app: App, args: argparse.Namespace, console: Console) -> int:
             console.print(notice, style="yellow")
     elif args.action == "show":
         console.print(job_table(await store.job_detail(args.id)))
+        waits = await store.job_waitpoints(args.id)
+        if waits:
+            console.print(waitpoints_table(waits))
         timeline = await store.job_timeline(args.id)
         console.print(events_table(timeline, title="timeline", with_job=False))
     else:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Unpack
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
-from ._errors import PayloadError
+from ._errors import ConfigError, PayloadError, PolicyError
+from ._waitpoint import OnTimeout, Suspend, Waitpoint
+from ._waitpoint import request_json as waitpoint_request
+from ._waitpoint import waitpoint as make_waitpoint
 from ._worker._ownership import Ownership
 
 if TYPE_CHECKING:
@@ -39,6 +42,8 @@ class Context:
         safety_margin: float,
         signing_key: bytes | None = None,
         progress: Callable[[str], None] | None = None,
+        waitpoint_secret: bytes | None = None,
+        waitpoints: Mapping[str, Any] | None = None,
     ) -> None:
         self.job_id = job_id
         self.tool = tool
@@ -51,6 +56,8 @@ class Context:
         self._signing_key = signing_key
         self._cancel = False  # set by the worker's thread, read by the tool's: a plain flag
         self._progress = progress
+        self._waitpoint_secret = waitpoint_secret
+        self._waitpoints = waitpoints  # answered or timed out, by name (from the job's row)
 
     def __repr__(self) -> str:
         return (
@@ -122,6 +129,33 @@ class Context:
         if self._progress is None:
             return
         self._progress(progress_json(done, total, message))
+
+    def waitpoint(
+        self, name: str, *, timeout: float = 24 * 3600.0, on_timeout: OnTimeout = "resume"
+    ) -> Waitpoint:
+        """This call's waitpoint ``name``: pending (hand ``wp.token`` out, then
+        `suspend`), or, when the call was resumed, ``answered`` (``wp.answer``) or
+        ``timed_out``. The token is the same on every attempt. ``timeout`` (seconds,
+        1 s to a year) is how long it may stay open; then the job is resumed with
+        ``wp.timed_out`` (``on_timeout="resume"``) or fails (``"fail"``)."""
+        if self._waitpoint_secret is None:
+            raise ConfigError("this context has no waitpoint secret (not run by a worker)")
+        return make_waitpoint(
+            self._waitpoint_secret, self.job_id, self._waitpoints, name, timeout, on_timeout
+        )
+
+    def suspend(self, waitpoint: Waitpoint, *, request: Any = None) -> NoReturn:
+        """End this attempt waiting at ``waitpoint``: no lease, no heartbeat, no worker
+        slot while it waits; the attempt is not counted. The job is called again when
+        the waitpoint is answered or times out. ``request`` (JSON) says what is asked,
+        for whoever answers (shown on the job; never journaled). Raises; nothing after
+        it runs."""
+        if not waitpoint.pending:
+            raise PolicyError(
+                f"waitpoint {waitpoint.name!r} was already {waitpoint.state}; "
+                "wait again under a new name"
+            )
+        raise Suspend(waitpoint, waitpoint_request(request))
 
     def ensure_owned(self, margin: float | None = None) -> None:
         """Raise LeaseLost, OwnershipUnknown or JobCancelled unless an irreversible step

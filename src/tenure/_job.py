@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal
 
-JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+JobState = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
 TERMINAL_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 
 
@@ -38,6 +38,8 @@ class Job:
     # The last progress its current owner reported ({"done", "total", "message", "at"}),
     # kept after it ended; None until a tool reports any. The message is the tool's text.
     progress: dict[str, Any] | None = field(default=None, repr=False)
+    # Its waitpoints that were answered or timed out, by name (see App.complete_waitpoint).
+    waitpoints: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def done(self) -> bool:

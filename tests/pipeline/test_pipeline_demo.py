@@ -29,3 +29,6 @@ def test_the_review_example_survives_its_kills_and_reports_ok(server_dsn: str) -
     assert out.count("SIGKILL") == 2, out[-4000:]
     assert re.search(r"late verdict of the killed gate +refused with Conflict", out), out
     assert "verdict: no verdict lost, no step dispatched twice" in out, out
+    # The last gate waited for a person with no call running and no lease held.
+    assert re.search(r"wait for a maintainer's sign-off: 0 sign-off calls running", out), out
+    assert re.search(r"sign-offs given while the gate held nothing +\d+", out), out

@@ -85,10 +85,18 @@ class RescueReport:
     adopted: int = 0  # stages moved on from a job that ended outside a transition
     resent: int = 0  # outbox deliveries sent again
     ended: int = 0  # runs failed for want of any open stage
+    timed_out: tuple[int, ...] = ()  # jobs whose waitpoint's deadline passed (resumed or failed)
 
     @property
     def acted(self) -> bool:
-        return bool(self.failed or self.redispatched or self.adopted or self.resent or self.ended)
+        return bool(
+            self.failed
+            or self.redispatched
+            or self.adopted
+            or self.resent
+            or self.ended
+            or self.timed_out
+        )
 
 
 class Rescuer:
@@ -96,13 +104,20 @@ class Rescuer:
 
     def __init__(self, store: Store, config: RescuerConfig | None = None) -> None:
         self.config = config or RescuerConfig()
+        self._store = store
         self._transitions = Transitions(store, timeout=self.config.statement_timeout)
         self._task: asyncio.Task[None] | None = None
 
     async def run_once(self) -> RescueReport:
         """One sweep, batch after batch until a batch comes back short."""
         failed: list[int] = []
+        timed_out: list[int] = []
         counts: Counter[str] = Counter()
+        for _ in range(MAX_BATCHES):
+            batch = await self._store.expire_waitpoints(self.config.batch)
+            timed_out += batch
+            if len(batch) < self.config.batch:
+                break
         for _ in range(MAX_BATCHES):
             jobs, runs, acted = await self._transitions.rescue(
                 leases=self.config.batch,
@@ -119,6 +134,7 @@ class Rescuer:
             adopted=counts["adopted"],
             resent=counts["resent"],
             ended=counts["ended"],
+            timed_out=tuple(timed_out),
         )
         if report.acted:
             log_event(
@@ -129,6 +145,7 @@ class Rescuer:
                 adopted=report.adopted,
                 resent=report.resent,
                 ended=report.ended,
+                waitpoints_timed_out=len(report.timed_out),
             )
         return report
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -32,8 +33,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from .._errors import ConfigError, JobNotFound
+from .._errors import ConfigError, JobNotFound, PayloadError
+from .._payload import MAX_PAYLOAD_BYTES
 from .._store._store import Store
+from .._waitpoint import answer_json, token_hash
 from . import _pages
 from ._http import (
     HostCheck,
@@ -56,6 +59,7 @@ MAX_JOB_ID = 2**63 - 1  # a bigint; a larger id names no job
 WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "[::]"})  # noqa: S104 - names, not a bind
 MAX_FORM_BYTES = 4096
 MAX_FORM_FIELDS = 10
+MAX_WAITPOINT_TOKEN = 200
 DASHBOARD_CONNECTIONS = 4
 RUNNING_LIMIT = 200
 EVENTS_LIMIT = 40
@@ -186,7 +190,11 @@ class _Guard(BaseHTTPMiddleware):
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         sessions: _Sessions = request.app.state.sessions
         path = request.url.path
-        if path.startswith("/static/") or path == "/login" or sessions.allowed(request):
+        if (
+            path.startswith(("/static/", "/waitpoints/"))  # a waitpoint's token is its own key
+            or path == "/login"
+            or sessions.allowed(request)
+        ):
             response = await call_next(request)
         elif path.startswith(("/api/", "/metrics")) or request.method != "GET":
             response = JSONResponse({"error": "access token required"}, status_code=401)
@@ -227,6 +235,7 @@ async def _overview_fragments(request: Request) -> dict[str, str]:
     now = running[0]["db_now"] if running else await store.db_now()
     return {
         "running": _pages.running_table(running, now),
+        "waiting": _pages.waiting_table(await store.open_waitpoints(RUNNING_LIMIT)),
         "events": _pages.events_table(await store.notable_events(EVENTS_LIMIT), with_job=True),
         "charts": await request.app.state.charts.render(store),
         "pipelines": _pages.pipelines_table(await store.pipeline_runs(RUNS_LIMIT)),
@@ -310,7 +319,7 @@ async def _unchanged(store: Store, job_id: int, notice: str) -> str:
 ACTIONS: dict[str, Callable[[Store, int], Awaitable[str]]] = {"cancel": _cancel, "retry": _retry}
 # What an action's redirect may say; the page shows these texts, never the query string.
 NOTICES = {
-    "cancelled": "Cancelled: a running call stops at its next heartbeat.",
+    "cancelled": "Cancelled: a running call was told to stop at once.",
     "not-cancelled": "Not cancelled: the job had already ended.",
     "retried": "Queued again with one more attempt.",
     "not-retried": "Not retried: only failed or cancelled jobs are retried.",
@@ -339,6 +348,29 @@ async def job_action(request: Request) -> Response:
     except JobNotFound:
         return JSONResponse({"error": "no such job"}, status_code=404)
     return RedirectResponse(f"/jobs/{job_id}?done={done}", status_code=303)
+
+
+async def answer_waitpoint(request: Request) -> Response:
+    """``POST /waitpoints/{token}`` with a JSON answer: a webhook (a carrier, a signing
+    service, a person's "approve" button) resumes the job that waits there. The token,
+    handed out by the waiting tool, is the only key it needs; it answers once (409 after)."""
+    token = request.path_params["token"]
+    if not 1 <= len(token) <= MAX_WAITPOINT_TOKEN or not token.isascii():
+        return JSONResponse({"error": "no open waitpoint has this token"}, status_code=409)
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_PAYLOAD_BYTES:
+            return JSONResponse({"error": "the answer is too large"}, status_code=413)
+    try:
+        answer = json.loads(body or b"null")
+        text = answer_json(answer)
+    except (ValueError, PayloadError):
+        return JSONResponse({"error": "the answer must be JSON"}, status_code=400)
+    job_id = await _store(request).complete_waitpoint(token_hash(token), text)
+    if job_id is None:
+        return JSONResponse({"error": "no open waitpoint has this token"}, status_code=409)
+    return JSONResponse({"job": job_id, "state": "queued"})
 
 
 def _safe_next(value: str) -> str:
@@ -427,6 +459,7 @@ def create_dashboard(
             Route("/jobs/{job_id:int}", job_page),
             Route("/api/jobs/{job_id:int}", job_api),
             Route("/jobs/{job_id:int}/{action}", job_action, methods=["POST"]),
+            Route("/waitpoints/{token}", answer_waitpoint, methods=["POST"]),
             Route("/login", login, methods=["GET", "POST"]),
             Route("/logout", logout, methods=["POST"]),
             Route("/metrics", metrics_endpoint),

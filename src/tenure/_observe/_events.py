@@ -170,6 +170,27 @@ _SPECS = (
         "an operator cancelled the job. duration_ms: how long a running attempt had run",
     ),
     EventSpec(
+        "suspended",
+        "suspend_job statement (the call's fenced commit)",
+        "suspend_job",
+        "the call suspended at a waitpoint (detail waitpoint, timeout_ms, on_timeout): no "
+        "lease, no slot while it waits. duration_ms: how long the attempt ran",
+    ),
+    EventSpec(
+        "waitpoint_answered",
+        "complete_waitpoint statement (App.complete_waitpoint, the dashboard's endpoint)",
+        "complete_waitpoint",
+        "a waitpoint was answered and its job queued again (detail waitpoint; never the "
+        "answer). duration_ms: how long it waited",
+    ),
+    EventSpec(
+        "waitpoint_timed_out",
+        "rescuer (expire_waitpoints)",
+        "expire_waitpoints",
+        "a waitpoint's deadline passed: its job was queued again or failed (detail then). "
+        "duration_ms: how long it waited",
+    ),
+    EventSpec(
         "retry_requested",
         "retry_job (operator)",
         "retry_job",

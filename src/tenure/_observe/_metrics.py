@@ -281,6 +281,7 @@ class DatabaseGauges(Collector):
         self._lock = threading.Lock()
         self._queue: list[dict[str, Any]] = []
         self._running: list[dict[str, Any]] = []
+        self._waiting: list[dict[str, Any]] = []
         self._journal: dict[tuple[str, str], int] = {}
         self._after: int | None = None
         self._up = False
@@ -291,6 +292,7 @@ class DatabaseGauges(Collector):
         try:
             queue = await store.queue_depth(self._cap)
             running = await store.running_summary(self._cap)
+            waiting = await store.waiting_summary(self._cap)
             fresh: list[dict[str, Any]] = []
             if self._journal_counts:
                 if self._after is None:
@@ -299,11 +301,11 @@ class DatabaseGauges(Collector):
                     fresh = await store.journal_counts_since(self._after, self._cap)
         except psycopg.Error:
             with self._lock:
-                self._up, self._queue, self._running = False, [], []
+                self._up, self._queue, self._running, self._waiting = False, [], [], []
                 self._seconds = time.monotonic() - started
             return
         with self._lock:
-            self._up, self._queue, self._running = True, queue, running
+            self._up, self._queue, self._running, self._waiting = True, queue, running, waiting
             for row in fresh:
                 key = (str(row["kind"]), str(row["tool"] or ""))
                 self._journal[key] = self._journal.get(key, 0) + int(row["n"])
@@ -313,6 +315,7 @@ class DatabaseGauges(Collector):
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             queue, running, journal = list(self._queue), list(self._running), dict(self._journal)
+            waiting = list(self._waiting)
             up, seconds = self._up, self._seconds
         yield GaugeMetricFamily(
             "tenure_database_up", "1 if the last scrape could read the database", value=int(up)
@@ -344,6 +347,7 @@ class DatabaseGauges(Collector):
             value=int(capped),
         )
         yield from self._held(running)
+        yield from self._waits(waiting)
         if self._journal_counts:
             counter = CounterMetricFamily(
                 "tenure_journal_events",
@@ -359,6 +363,24 @@ class DatabaseGauges(Collector):
             for values, total in counts.items():
                 counter.add_metric(list(values), total)
             yield counter
+
+    def _waits(self, waiting: list[dict[str, Any]]) -> Iterable[Metric]:
+        count = GaugeMetricFamily(
+            "tenure_waiting_jobs",
+            "Jobs waiting at an open waitpoint (no lease, no slot)",
+            labels=TOOL_LABELS,
+        )
+        oldest = GaugeMetricFamily(
+            "tenure_waitpoint_oldest_age_seconds",
+            "How long the oldest open waitpoint has waited",
+            labels=TOOL_LABELS,
+        )
+        for tool, n in _fold(waiting, self._labels, "waiting", sum, self._labels.known()).items():
+            count.add_metric(tool, n)
+        for tool, age in _fold(waiting, self._labels, "oldest_age", max).items():
+            oldest.add_metric(tool, max(0.0, age))
+        yield count
+        yield oldest
 
     def _held(self, running: list[dict[str, Any]]) -> Iterable[Metric]:
         count = GaugeMetricFamily("tenure_running_jobs", "Held leases", labels=TOOL_LABELS)

@@ -226,10 +226,32 @@ def pipelines_table(runs: Sequence[Mapping[str, Any]] | None) -> str:
     )
 
 
+def waiting_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Jobs waiting at a waitpoint: no lease, no slot; only a deadline."""
+    if not rows:
+        return '<p class="empty">no job is waiting</p>'
+    body = "".join(
+        f'<tr data-job="{r["job_id"]}">'
+        f'<td><a href="/jobs/{r["job_id"]}">{r["job_id"]}</a></td><td>{h(r["tool"])}</td>'
+        f"<td>{h(r['tenant'] or '-')}</td><td>{h(r['name'])}</td>"
+        f"<td>{seconds(r['waited'])}</td><td>{seconds(max(0.0, r['seconds_left']))}</td>"
+        f"<td>{h(r['on_timeout'])}</td></tr>"
+        for r in rows
+    )
+    return (
+        '<table class="waiting"><thead><tr><th>job</th><th>tool</th><th>tenant</th>'
+        "<th>waitpoint</th><th>waited</th><th>time left</th><th>then</th></tr></thead>"
+        f"<tbody>{body}</tbody></table>"
+    )
+
+
 def overview(fragments: Mapping[str, str]) -> str:
     return (
         '<section><h2>Held leases</h2><div id="running">'
         f"{fragments['running']}</div></section>"
+        '<section><h2>Waiting</h2><p class="hint">calls waiting for an answer or a webhook: '
+        f'they hold no lease and no worker slot</p><div id="waiting">{fragments["waiting"]}'
+        "</div></section>"
         '<section><h2>Ownership events</h2><p class="hint">expired leases, reclaims, lost '
         "heartbeats, rejected results, stale fences, operator actions</p>"
         f'<div id="events">{fragments["events"]}</div></section>'

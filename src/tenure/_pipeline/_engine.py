@@ -124,8 +124,10 @@ class Transitions:
     async def record_verdict(self, run_id: int, stage: str, token: int, verdict: Verdict) -> None:
         """Record a gate's verdict that arrives from outside a worker (compare-and-set).
 
-        Accepted only while the gate's stage is open and its job runs under
-        ``token`` with a live lease; anything else is a Conflict, and writes nothing.
+        Accepted only while the gate's stage is open and its job runs under ``token``
+        with a live lease, or waits at a waitpoint under ``token`` (a gate that asked a
+        person and holds nothing meanwhile); anything else is a Conflict, and writes
+        nothing. Accepted, the gate's open waitpoint closes with it.
         """
         if not isinstance(verdict, Verdict):
             raise PolicyError(

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import socket
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
@@ -151,6 +153,7 @@ class ClaimedJob:
     previous_token: int | None
     payload_hmac: str | None = None
     run_after: datetime | None = None
+    waitpoints: dict[str, Any] | None = None  # answered or timed out, by name
     # When the claim statement was sent on its connection (this process's monotonic clock):
     # the lease's local clock starts here, never earlier (not while waiting for a connection).
     sent_at: float = 0.0
@@ -172,6 +175,18 @@ class Finish:
     delay_ms: int = 0
     refund_attempt: bool = False
     progress_json: str | None = None  # the last progress report, if not written yet
+    waitpoint: OpenWaitpoint | None = None  # state "waiting": where the call suspended
+
+
+@dataclass(frozen=True, slots=True)
+class OpenWaitpoint:
+    """What a suspending call opens (see queries/waitpoints.sql, suspend_job)."""
+
+    name: str
+    token_hash: str
+    timeout_ms: int
+    on_timeout: str
+    request_json: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,10 +566,43 @@ class _Pool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
         await super()._add_connection(attempt, growing)
 
 
-class Store:
-    """Async access to tenure's tables through a small connection pool."""
+def _readable(conn: psycopg.AsyncConnection[Any]) -> bool:
+    try:
+        fd = conn.pgconn.socket
+    except psycopg.Error:
+        return True
+    return bool(select.select([fd], [], [], 0)[0])
 
-    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10) -> None:
+
+# When each pooled connection was last given back (for `Store`'s ``check_idle``).
+_last_used: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _mark_used(conn: psycopg.AsyncConnection[Any]) -> None:
+    _last_used[conn] = time.monotonic()
+
+
+class Store:
+    """Async access to tenure's tables through a small connection pool.
+
+    ``check_idle`` (seconds; None: no checks): a producer's connections may sit in the
+    pool through a database restart, and without a check the first statement after it
+    fails on a connection that died meanwhile. So a connection is checked with one
+    round trip before it is handed out when its socket shows the server hung up, or
+    when it sat idle longer than ``check_idle``; a busy producer pays nothing for this.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        check_idle: float | None = None,
+    ) -> None:
+        self._check_idle = check_idle
         self._pool = _Pool(
             check_dsn(dsn),
             min_size=min_size,
@@ -562,7 +610,21 @@ class Store:
             kwargs={"autocommit": True, "row_factory": dict_row, **connect_options()},
             open=False,
             name="tenure",
+            check=None if check_idle is None else self._check,
+            reset=None if check_idle is None else _mark_used,
         )
+
+    async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A round trip only for a connection that may have died while it sat in the pool:
+        one whose socket has something to read (an idle connection is sent nothing but
+        the server's goodbye when it shuts down or restarts), or that sat there longer
+        than ``check_idle`` (a peer that vanished without a goodbye)."""
+        used = _last_used.get(conn)
+        idle = self._check_idle is not None and (
+            used is None or time.monotonic() - used >= self._check_idle
+        )
+        if idle or _readable(conn):
+            await AsyncConnectionPool.check_connection(conn)
 
     async def open(self) -> None:
         await self._pool.open(wait=True, timeout=30)
@@ -772,6 +834,49 @@ class Store:
             for row in rows
         }
 
+    # -- waitpoints ----------------------------------------------------------------
+
+    async def waitpoint_secret(self) -> bytes:
+        """The key waitpoint tokens are derived with (made by migration 0008)."""
+        rows = await self._fetch("waitpoint_secret", {})
+        return str(rows[0]["value"]).encode()
+
+    async def suspend(self, owner: str, finish: Finish) -> bool:
+        """The fenced commit of a call that suspends; False: the lease was lost."""
+        wp = finish.waitpoint
+        assert wp is not None
+        rows = await self._fetch(
+            "suspend_job",
+            {
+                "id": finish.job_id,
+                "token": finish.token,
+                "owner": owner,
+                "name": wp.name,
+                "token_hash": wp.token_hash,
+                "timeout_ms": wp.timeout_ms,
+                "on_timeout": wp.on_timeout,
+                "request": wp.request_json,
+                "progress": finish.progress_json,
+            },
+            FINISH_TIMEOUT,
+        )
+        return bool(rows)
+
+    async def complete_waitpoint(self, token_hash: str, answer_json: str) -> int | None:
+        """Answer an open waitpoint (compare-and-set); its job's id, or None when no open
+        waitpoint has this token (unknown, answered, timed out or cancelled)."""
+        rows = await self._fetch(
+            "complete_waitpoint", {"token_hash": token_hash, "answer": answer_json}
+        )
+        return int(rows[0]["job_id"]) if rows else None
+
+    async def expire_waitpoints(self, limit: int) -> list[int]:
+        """Resume or fail the jobs of open waitpoints past their deadline (one batch)."""
+        return [int(row["id"]) for row in await self._fetch("expire_waitpoints", {"limit": limit})]
+
+    async def job_waitpoints(self, job_id: int) -> list[dict[str, Any]]:
+        return await self._fetch("job_waitpoints", {"job_id": job_id})
+
     async def notify(self, channel: str, payload: str) -> None:
         """Send one notification (a listener's probe)."""
         await self._fetch("notify", {"channel": channel, "payload": payload})
@@ -921,6 +1026,12 @@ class Store:
 
     async def running_summary(self, cap: int) -> list[dict[str, Any]]:
         return await self._fetch("running_summary", {"cap": cap})
+
+    async def open_waitpoints(self, limit: int) -> list[dict[str, Any]]:
+        return await self._fetch("open_waitpoints", {"limit": limit})
+
+    async def waiting_summary(self, cap: int) -> list[dict[str, Any]]:
+        return await self._fetch("waiting_summary", {"cap": cap})
 
     async def queue_depth(self, cap: int) -> list[dict[str, Any]]:
         return await self._fetch("queue_depth", {"cap": cap})

@@ -96,12 +96,17 @@ class Completer:
             await self._flush(batch)
 
     async def _flush(self, batch: list[_Pending]) -> None:
-        staged = [p for p in batch if self._is_stage(p)]
-        plain = [p for p in batch if not self._is_stage(p)]
-        calls = [self._commit([p], functools.partial(self._commit_stage, p)) for p in staged]
+        waiting = [p for p in batch if p.finish.state == "waiting"]
+        staged = [p for p in batch if p.finish.state != "waiting" and self._is_stage(p)]
+        plain = [p for p in batch if p.finish.state != "waiting" and not self._is_stage(p)]
+        calls = [self._commit([p], functools.partial(self._suspend, p)) for p in waiting]
+        calls += [self._commit([p], functools.partial(self._commit_stage, p)) for p in staged]
         if plain:
             calls.append(self._commit(plain, functools.partial(self._finish_many, plain)))
         await asyncio.gather(*calls)
+
+    async def _suspend(self, pending: _Pending) -> dict[int, bool]:
+        return {pending.job.id: await self._store.suspend(self._owner, pending.finish)}
 
     async def _finish_many(self, group: list[_Pending]) -> dict[int, bool]:
         return await self._store.finish_many(self._owner, [p.finish for p in group])

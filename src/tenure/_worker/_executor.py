@@ -36,7 +36,8 @@ from .._log import log_event
 from .._payload import MAX_RESULT_BYTES, encode
 from .._pipeline._model import Verdict
 from .._registry import ToolSpec
-from .._store._store import ClaimedJob, Finish
+from .._store._store import ClaimedJob, Finish, OpenWaitpoint
+from .._waitpoint import Suspend, token_hash
 
 logger = logging.getLogger("tenure.worker")
 
@@ -72,7 +73,7 @@ def _deliver(
     try:
         result = call()
     except BaseException as exc:  # handed over, not swallowed
-        if not isinstance(exc, Exception):  # SystemExit in a tool must not stop the worker
+        if not isinstance(exc, Exception | Suspend):  # SystemExit must not stop the worker
             exc = RuntimeError(f"the tool raised {type(exc).__name__}")
         outcome: Callable[[], None] = functools.partial(_set_exception, future, exc)
     else:
@@ -263,6 +264,8 @@ class Executor:
                     job.id, job.token, "queued", refund_attempt=True, error=_error("shutdown")
                 )
             return Abandoned(stopped.reason)
+        except Suspend as suspended:
+            return self._unless_ended(ctx, self._suspension(job, suspended))
         except Exception as exc:
             outcome = self._classify(spec, ctx, job, exc)
             return self._unless_ended(ctx, outcome)
@@ -289,6 +292,23 @@ class Executor:
         except Exception as exc:
             return self._failure(spec, job, "bad_result", exc, retryable=False)
         return Finish(job.id, job.token, "succeeded", result_json=text)
+
+    @staticmethod
+    def _suspension(job: ClaimedJob, suspended: Suspend) -> Finish:
+        """The commit that moves the job to the waiting state at its waitpoint."""
+        wp = suspended.waitpoint
+        return Finish(
+            job.id,
+            job.token,
+            "waiting",
+            waitpoint=OpenWaitpoint(
+                name=wp.name,
+                token_hash=token_hash(wp.token),
+                timeout_ms=round(wp.timeout * 1000),
+                on_timeout=wp.on_timeout,
+                request_json=suspended.request_json,
+            ),
+        )
 
     @staticmethod
     def _unless_ended(ctx: Context, outcome: Finish | None) -> Finish | Abandoned:

@@ -121,6 +121,7 @@ class Worker:
         self._expired_streak = 0  # expiries found already past with nothing to claim after
         self._stopping = asyncio.Event()
         self._loop_seen = time.monotonic()
+        self._waitpoint_secret = b""  # read from the database when the worker starts
         self.counts: Counter[str] = Counter()
 
     # -- lifecycle -------------------------------------------------------------
@@ -150,6 +151,7 @@ class Worker:
                 loop.add_signal_handler(sig, self.stop)
         store = Store(dsn, max_size=4)
         await store.open()
+        self._waitpoint_secret = await store.waitpoint_secret()
         heartbeat = HeartbeatThread(dsn, self.name)
         executor = Executor()
         completer = Completer(store, self.name, self._count, stages=Transitions(store))
@@ -320,6 +322,8 @@ class Worker:
             safety_margin=spec.policy.lease.margin,
             signing_key=self.app.signing_key,
             progress=functools.partial(heartbeat.report, job.id),
+            waitpoint_secret=self._waitpoint_secret,
+            waitpoints=job.waitpoints,
         )
         self.counts["claimed"] += 1
         if job.previous_token is not None:

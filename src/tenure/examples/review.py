@@ -12,6 +12,9 @@ The agents are simulated (they think for a second instead of calling a model):
 - ``qa`` rejects a first revision without tests, with a reason and a diagnosis;
 - ``correct`` is the developer agent's correction: it reads the gate's feedback;
 - ``secops`` scans the patch (deterministic, no model) and approves it;
+- ``signoff`` is a person: the gate waits at a waitpoint for a maintainer's
+  verdict (hours, a weekend), holding no lease and no worker slot meanwhile, and
+  ``app.record_verdict`` moves the run on when the maintainer decides;
 - ``record_gate_status`` is the outbox of both gates: it records the decision at
   the tracker (the example case service, the ADR's "api") over HTTP, fenced with
   the job's token and idempotency key, so a repeated delivery is replayed, not
@@ -85,6 +88,21 @@ async def secops(ctx: Context, patch: str, seconds: float) -> Verdict:
 
 
 @agent()
+async def signoff(ctx: Context, task: str) -> Verdict:
+    """A maintainer signs the merge off: the gate waits for a person, holding nothing.
+
+    The person answers with ``app.record_verdict(run_id, "signoff", token, verdict)`` (the
+    token of this job, as shown by ``tenure jobs list --state waiting``); that verdict ends
+    the job, so this tool is not called again. A maintainer who never answers lets the
+    waitpoint time out: the tool is then called again, and rejects.
+    """
+    wp = ctx.waitpoint("maintainer", timeout=7 * 24 * 3600)
+    if wp.pending:
+        ctx.suspend(wp, request={"task": task, "asks": "sign off the merge"})
+    return Verdict("reject", reason="nobody signed off", diagnosis=f"{task}: ask again")
+
+
+@agent()
 async def record_gate_status(
     ctx: Context, task: str, stage: str, decision: str, next_stages: list[str], tracker: str
 ) -> dict[str, Any]:
@@ -108,7 +126,12 @@ review = app.pipeline(
         Stage("develop", next="qa"),
         Stage("qa", on={"approve": "secops", "reject": "correct"}, outbox=["record_gate_status"]),
         Stage("correct", next="qa"),
-        Stage("secops", on={"approve": (), "reject": "correct"}, outbox=["record_gate_status"]),
+        Stage(
+            "secops",
+            on={"approve": "signoff", "reject": "correct"},
+            outbox=["record_gate_status"],
+        ),
+        Stage("signoff", on={"approve": (), "reject": "correct"}),
     ],
 )
 

@@ -49,6 +49,7 @@ class ReviewDemo:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.started = time.monotonic()
         self.late_verdict = "not tried"
+        self.signed = 0
         for _ in range(workers):
             self.spawn()
 
@@ -89,7 +90,9 @@ class ReviewDemo:
             ).id
             for i in range(self.runs)
         ]
-        self.say(f"started {len(ids)} review runs (develop → QA → correct → QA → SecOps)")
+        self.say(
+            f"started {len(ids)} review runs (develop → QA → correct → QA → SecOps → sign-off)"
+        )
 
         # dispatch_pending: the worker dies right after QA's verdict committed.
         if self.until("a QA verdict", lambda: self.jobs("succeeded", "qa"), 30):
@@ -121,8 +124,29 @@ class ReviewDemo:
                 self.late_verdict = "refused with Conflict (409), nothing written"
                 self.say(f"the killed gate's late verdict: Conflict: {exc}")
 
+        self.sign_off(ids)
         self.until("every run to end", lambda: all(self.ended(i) for i in ids), DEADLINE)
         return self.report([self.app.get_run_sync(i) for i in ids])
+
+    def sign_off(self, ids: list[int]) -> None:
+        """Play the maintainer: each run's last gate waits at a waitpoint for a person."""
+        if not self.until(
+            "every run to wait for its sign-off",
+            lambda: len(self.jobs("waiting", "signoff")) == len(ids),
+            DEADLINE,
+        ):
+            return
+        waiting = self.jobs("waiting", "signoff")
+        running = self.jobs("running", "signoff")
+        self.say(
+            f"{len(waiting)} runs wait for a maintainer's sign-off: {len(running)} sign-off "
+            "calls running, no lease held, no worker slot taken"
+        )
+        for job in waiting:
+            run_id = int(job.idempotency_key.split(":")[1])
+            self.app.record_verdict_sync(run_id, "signoff", job.token, Verdict("approve"))
+            self.signed += 1
+        self.say(f"the maintainer signed {self.signed} runs off (record_verdict, token-checked)")
 
     def gate_at_work(self) -> list[Job]:
         """QA jobs running on a worker that is still alive."""
@@ -138,6 +162,7 @@ class ReviewDemo:
         stages = [s for run in runs for s in run.stages if s.kind == "stage"]
         outbox = [s for run in runs for s in run.stages if s.kind == "outbox"]
         verdicts = Counter(f"{s.name} {s.decision}" for s in stages if s.decision)
+        delivered = sum(n for key, n in verdicts.items() if not key.startswith("signoff "))
         reruns = sum(s.job.attempt - 1 for s in stages if s.job is not None)
         summary = self.app.summary_sync()
         recorded = sum(1 for s in outbox if s.state == "succeeded")
@@ -150,6 +175,7 @@ class ReviewDemo:
             ("gate statuses recorded at the tracker", f"{applied} for {len(outbox)} gate outcomes"),
             ("gate statuses recorded twice", doubled),
             ("late verdict of the killed gate", self.late_verdict),
+            ("sign-offs given while the gate held nothing", self.signed),
             ("duplicates committed", summary.get("duplicate_commits", 0)),
         ]
         print("\n== tenure pipeline demo report ==")
@@ -157,7 +183,8 @@ class ReviewDemo:
             print(f"  {label:<44} {value}")
         ok = (
             all(r.state == "succeeded" for r in runs)
-            and recorded == applied == len(outbox) == sum(verdicts.values())
+            and recorded == applied == len(outbox) == delivered
+            and self.signed == len(runs)
             and doubled == 0
             and summary.get("duplicate_commits", 0) == 0
             and not self.late_verdict.startswith("ACCEPTED")

@@ -93,7 +93,7 @@ WITH policy AS (
     WHERE j.id = picked.id AND p.tool = j.tool
     RETURNING j.id, j.tool, j.token, j.attempt, j.max_attempts, j.payload, j.payload_hash,
               j.idempotency_key, j.lease_until, picked.previous_owner, picked.previous_token,
-              j.payload_hmac, j.run_after
+              j.payload_hmac, j.run_after, j.waitpoints
 ), journal AS (
     -- A reclaim journals the expired lease under its own token, attempt and owner, then the
     -- claim. duration_ms: how long the job had been claimable (since run_after, or since the
@@ -279,8 +279,12 @@ WITH cancelled AS (
         prune_after = clock_timestamp() + retain_ms * interval '1 millisecond',
         updated_at = clock_timestamp(),
         error = jsonb_build_object('code', 'cancelled', 'message', 'cancelled by an operator')
-    WHERE id = %(id)s AND state IN ('queued', 'running')
+    WHERE id = %(id)s AND state IN ('queued', 'running', 'waiting')
     RETURNING *
+), closed AS (
+    -- A waiting job's open waitpoint closes with it: a late answer gets a conflict.
+    UPDATE tenure_waitpoints w SET state = 'cancelled', closed_at = clock_timestamp()
+    FROM cancelled c WHERE w.job_id = c.id AND w.state = 'open'
 ), journal AS (
     -- For a running job, duration_ms is how long its attempt had run (the sub-select sees
     -- the row as it was before this statement).

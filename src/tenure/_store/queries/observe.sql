@@ -123,6 +123,28 @@ SELECT tool, count(*) AS depth,
 FROM (SELECT tool, run_after FROM tenure_jobs WHERE state = 'queued' LIMIT %(cap)s) AS queued
 GROUP BY tool
 
+-- name: open_waitpoints
+-- The dashboard's waiting jobs: open waitpoints, the soonest deadline first. What each asks
+-- is not read here (it is the tool's text; the job's page shows it).
+SELECT w.job_id, w.name, w.on_timeout, w.created_at, j.tool, j.tenant,
+       extract(epoch FROM w.deadline - clock_timestamp())::float8 AS seconds_left,
+       extract(epoch FROM clock_timestamp() - w.created_at)::float8 AS waited
+FROM tenure_waitpoints w
+JOIN tenure_jobs j ON j.id = w.job_id
+WHERE w.state = 'open'
+ORDER BY w.deadline
+LIMIT %(limit)s
+
+-- name: waiting_summary
+-- Per tool: jobs waiting at an open waitpoint and the age of the oldest such wait, bounded
+-- like queue_depth (read through tenure_waitpoints_deadline, at most `cap` waits).
+SELECT j.tool, count(*) AS waiting,
+       extract(epoch FROM clock_timestamp() - min(w.created_at))::float8 AS oldest_age
+FROM (SELECT job_id, created_at FROM tenure_waitpoints WHERE state = 'open'
+      ORDER BY deadline LIMIT %(cap)s) AS w
+JOIN tenure_jobs j ON j.id = w.job_id
+GROUP BY j.tool
+
 -- name: throughput
 -- Outcomes per tool per time bucket over a recent window, for the dashboard's charts. At most
 -- `cap` journal rows are read (newest first through tenure_events_at).

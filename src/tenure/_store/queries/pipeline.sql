@@ -66,11 +66,17 @@ WITH owned AS (
       AND j.id = %(job_id)s::bigint
       AND j.token = %(token)s::bigint
       AND (%(owner)s::text IS NULL OR j.owner = %(owner)s::text)
-      AND j.state = 'running'
-      AND j.lease_until > clock_timestamp()
+      -- A running job under a live lease; or, for a verdict recorded from outside (no owner),
+      -- a gate's job waiting at its waitpoint under the same token: no lease to check there.
+      AND ((j.state = 'running' AND j.lease_until > clock_timestamp())
+           OR (%(owner)s::text IS NULL AND j.state = 'waiting'))
       AND EXISTS (SELECT 1 FROM owned)
     RETURNING j.id, j.tool, j.token, j.attempt, j.owner, j.payload_hmac,
               (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000)::bigint AS ran_ms
+), verdict_closes AS (
+    -- The verdict is the answer the gate waited for: its open waitpoint closes with it.
+    UPDATE tenure_waitpoints w SET state = 'answered', closed_at = clock_timestamp()
+    FROM committed c WHERE w.job_id = c.id AND w.state = 'open'
 ), adopted AS (
     SELECT j.id FROM tenure_jobs j
     WHERE %(mode)s::text = 'adopt'
@@ -152,8 +158,11 @@ WITH owned AS (
         error = jsonb_build_object('code', 'run_ended',
                                    'message', 'the run ended before this stage did')
     FROM stopped st
-    WHERE j.id = st.job_id AND j.state IN ('queued', 'running')
+    WHERE j.id = st.job_id AND j.state IN ('queued', 'running', 'waiting')
     RETURNING j.id, j.token, j.attempt, j.owner, j.tool, j.payload_hmac
+), stopped_waits AS (
+    UPDATE tenure_waitpoints w SET state = 'cancelled', closed_at = clock_timestamp()
+    FROM stopped_jobs x WHERE w.job_id = x.id AND w.state = 'open'
 ), journal AS (
     -- The same columns as the job statements' rows: code, duration_ms (how long the
     -- committed attempt ran) and the keyed payload hash copied from the job.
