@@ -1317,7 +1317,7 @@ class Bench:
         asyncio.run(self.enqueue_bulk("tenure", n))
         c = self.db()
         c.execute("ANALYZE tenure_jobs")
-        from tenure._store._store import QUERIES
+        from tenure._store import QUERIES
 
         plan_ms, scans, plan_text = None, [], None
         with contextlib.suppress(Exception), c.transaction(force_rollback=True):
@@ -1344,7 +1344,7 @@ class Bench:
             walk(plan["Plan"])
 
         async def go() -> list[float]:
-            from tenure._store._store import Store
+            from tenure._store import Store
 
             store = Store(self.cfg.dsn, max_size=1)
             await store.open()

@@ -51,7 +51,7 @@ from ._registry import (
     make_spec,
 )
 from ._signature import load_result
-from ._store._store import NewJob, Store, migrate
+from ._store import NewJob, Store, migrate
 from ._waiting import Waiters, check_timeout
 from ._waitpoint import answer_json, token_hash
 

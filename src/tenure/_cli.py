@@ -42,7 +42,7 @@ from ._log import configure_logging
 from ._observe._events import JOURNAL_KINDS
 from ._observe._pages import clock, describe_progress, seconds, summarize
 from ._registry import TENANT_MAX, TOOL_NAME_MAX
-from ._store._store import CONNECT_OPTIONS, EventQuery, Store, migrate
+from ._store import CONNECT_OPTIONS, EventQuery, Store, migrate
 from ._worker._worker import MAX_CONCURRENCY
 
 EXIT_ERROR = 1

@@ -30,7 +30,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ._app import App
 from ._errors import ConfigError
-from ._store._store import QUERIES, migrate
+from ._store import QUERIES, migrate
 
 DEMO_DB = "tenure_demo"
 RECEIVER_DB = "tenure_demo_cases"

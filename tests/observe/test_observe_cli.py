@@ -18,7 +18,7 @@ from tests.store.helpers import new_job
 from tests.support.workers import REPO_ROOT
 
 from tenure._cli import main
-from tenure._store._store import Store
+from tenure._store import Store
 
 pytestmark = pytest.mark.storage
 

@@ -15,7 +15,7 @@ from tenure._observe._doctor import check_indexes, check_schema, plan_scans
 from tenure._observe._journal import JournalWriter
 from tenure._observe._metrics import DatabaseGauges, ToolLabels
 from tenure._observe._pruner import Pruner, PrunerConfig
-from tenure._store._store import EventQuery, Finish, JournalRow, Store
+from tenure._store import EventQuery, Finish, JournalRow, Store
 
 pytestmark = pytest.mark.storage
 

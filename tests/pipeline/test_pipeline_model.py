@@ -15,7 +15,7 @@ import tenure
 from tenure import Context, Stage, Verdict
 from tenure._pipeline._model import Graph, run_of_key
 from tenure._pipeline._planner import Outcome, plan_outcome
-from tenure._store._store import RunRow, StageRow
+from tenure._store import RunRow, StageRow
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

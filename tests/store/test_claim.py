@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 from tests.store.helpers import new_job
 
-from tenure._store._store import Store
+from tenure._store import Store
 
 pytestmark = pytest.mark.storage
 

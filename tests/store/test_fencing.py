@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from tests.store.helpers import new_job
 
-from tenure._store._store import Finish, LeaseConnection, Store
+from tenure._store import Finish, LeaseConnection, Store
 
 pytestmark = pytest.mark.storage
 

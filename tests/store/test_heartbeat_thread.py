@@ -15,7 +15,7 @@ import pytest
 from tests.store.helpers import new_job
 from tests.support.waiting import wait_until
 
-from tenure._store._store import ClaimedJob, Extension, Finish, Store
+from tenure._store import ClaimedJob, Extension, Finish, Store
 from tenure._worker._heartbeat import HeartbeatThread, Held
 from tenure._worker._ownership import Ownership
 

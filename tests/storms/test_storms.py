@@ -25,7 +25,7 @@ from tests.apps.storm_app import LEASE
 from tenure._chaos._harness import faketime_library
 from tenure._chaos._storm import StormPlan, StormResult, run_storm
 from tenure._embedded import EmbeddedPostgres
-from tenure._store._store import migrate
+from tenure._store import migrate
 
 # Storage tests, and heavy: .ci/run runs the slow ones once (on the embedded server),
 # not again in its PostgreSQL 15 pass (they also pass there; see the report of issue 7).

@@ -29,7 +29,7 @@ from typing import IO, Any
 import psycopg
 from psycopg.rows import dict_row
 
-from .._store._store import QUERIES
+from .._store import QUERIES
 from ._history import read_jsonl
 from ._proxy import ChaosProxy
 

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from .._store._store import QUERIES
+from .._store import QUERIES
 from ._checker import Evidence, Fault, Report, check
 from ._harness import (
     ReceiverProcess,

@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg.rows import dict_row
 
-from .._store._store import QUERIES
+from .._store import QUERIES
 from ._harness import Supervisor, wait_for
 from ._history import read_history
 from ._proxy import ChaosProxy

@@ -30,7 +30,7 @@ from typing import Literal
 
 from .._errors import PolicyError
 from .._log import log_event
-from .._store._store import Store
+from .._store import Store
 from ._looper import Looper, check_ranges
 
 logger = logging.getLogger("tenure.job_pruner")

@@ -45,7 +45,7 @@ import psycopg
 
 from .._log import log_event
 from .._pipeline._engine import Transitions
-from .._store._store import Store
+from .._store import Store
 from ._looper import check_ranges
 
 logger = logging.getLogger("tenure.rescuer")

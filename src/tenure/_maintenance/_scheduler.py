@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from .._errors import PolicyError
 from .._log import log_event
-from .._store._store import NewJob, Store
+from .._store import NewJob, Store
 from ._cron import Cron
 from ._looper import Looper
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import psycopg
 
 from .._log import log_event
-from .._store._store import Store
+from .._store import Store
 from ._looper import Looper, check_ranges
 
 logger = logging.getLogger("tenure.statistics")

@@ -23,8 +23,8 @@ import psycopg
 from .._embedded import servers_in_use, usage_notice
 from .._errors import PolicyError
 from .._policy import LeasePolicy
+from .._store import MIGRATIONS_PACKAGE, Store
 from .._store._migrate import discover
-from .._store._store import MIGRATIONS_PACKAGE, Store
 
 if TYPE_CHECKING:
     from .._app import App

@@ -35,7 +35,7 @@ from ._events import EVENTS, JOURNAL_KINDS
 
 if TYPE_CHECKING:
     from .._registry import ToolSpec
-    from .._store._store import Store
+    from .._store import Store
 
 LABEL_KEYS = ("model", "provider")
 TOOL_LABELS = ("tool", *LABEL_KEYS)

@@ -19,7 +19,7 @@ from typing import Any
 from .._errors import PolicyError
 from .._log import log_event
 from .._maintenance._looper import Looper
-from .._store._store import Store
+from .._store import Store
 
 logger = logging.getLogger("tenure.pruner")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._log import attach, log_event
-from .._store._store import Store
+from .._store import Store
 from ._events import WRITER_KINDS
 from ._journal import JournalWriter
 from ._pruner import Pruner, PrunerConfig

@@ -23,7 +23,7 @@ from typing import Any
 from .._errors import Conflict, IdempotencyConflict, PayloadError, PolicyError, RunNotFound
 from .._job import TERMINAL_STATES
 from .._payload import MAX_PAYLOAD_BYTES, MAX_RESULT_BYTES, encode, fingerprint
-from .._store._store import (
+from .._store import (
     ClaimedJob,
     Finish,
     RunRow,

@@ -15,7 +15,7 @@ from typing import Any
 
 from .._errors import PayloadError
 from .._payload import MAX_PAYLOAD_BYTES, encode, fingerprint
-from .._store._store import NewStage, RunRow, StageRow, Transition
+from .._store import NewStage, RunRow, StageRow, Transition
 from ._model import FACTS, OUTBOX_FACTS, Graph, StageSpec, ToolInfo, Verdict
 
 

@@ -19,7 +19,7 @@ from typing import Any, LiteralString
 import psycopg
 
 from .._log import log_event
-from ._store import QUERIES, connect_options
+from ._connection import QUERIES, connect_options
 
 logger = logging.getLogger("tenure.listener")
 

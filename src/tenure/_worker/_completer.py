@@ -27,7 +27,7 @@ from typing import Protocol
 import psycopg
 
 from .._log import log_event
-from .._store._store import ClaimedJob, Finish, Store
+from .._store import ClaimedJob, Finish, Store
 from ._ownership import Ownership
 
 logger = logging.getLogger("tenure.completer")

@@ -36,7 +36,7 @@ from .._log import log_event
 from .._payload import MAX_RESULT_BYTES, encode
 from .._pipeline._model import Verdict
 from .._registry import ToolSpec
-from .._store._store import ClaimedJob, Finish, OpenWaitpoint
+from .._store import ClaimedJob, Finish, OpenWaitpoint
 from .._waitpoint import Suspend, token_hash
 
 logger = logging.getLogger("tenure.worker")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from .._log import log_event
-from .._store._store import ClaimedJob, JournalRow, LeaseConnection
+from .._store import ClaimedJob, JournalRow, LeaseConnection
 from ._ownership import Ownership
 
 logger = logging.getLogger("tenure.heartbeat")

@@ -35,8 +35,8 @@ from .._maintenance._statistics import StatisticsConfig, StatisticsKeeper
 from .._observe._pruner import PrunerConfig
 from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
+from .._store import ClaimedJob, Store
 from .._store._listener import Listener
-from .._store._store import ClaimedJob, Store
 from ._completer import Completer
 from ._executor import Abandoned, Executor, Stopped
 from ._heartbeat import HeartbeatThread, Held
