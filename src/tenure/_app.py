@@ -51,7 +51,7 @@ from ._registry import (
     make_spec,
 )
 from ._signature import load_result
-from ._store import NewJob, Store, migrate
+from ._store import JournalEntry, NewJob, Store, migrate
 from ._waiting import Waiters, check_timeout
 from ._waitpoint import answer_json, token_hash
 
@@ -604,7 +604,7 @@ class App:
             state=state, tool=tool, tenant=tenant, limit=max(1, min(limit, 10_000))
         )
 
-    async def events(self, job_id: int) -> list[dict[str, Any]]:
+    async def events(self, job_id: int) -> list[JournalEntry]:
         """The job's journal: claims, losses, rejections and outcomes, oldest first."""
         return await (await self._store()).job_events(job_id)
 

@@ -22,15 +22,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import LiteralString
-
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ._app import App
 from ._errors import ConfigError
-from ._store import QUERIES, migrate
+from ._store import fresh_database, migrate
+from .examples.case_service import effects_summary
 
 DEMO_DB = "tenure_demo"
 RECEIVER_DB = "tenure_demo_cases"
@@ -38,21 +34,6 @@ DEADLINE = 50.0
 PIPELINE_DEMO_DB = "tenure_demo_pipeline"
 TRACKER_DB = "tenure_demo_tracker"
 TOOLS = ("fetch_statement", "create_case", "capture_payment")
-
-
-def _q(name: str) -> LiteralString:
-    return QUERIES[name]
-
-
-def _fresh_database(server_dsn: str, name: str) -> str:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(server_dsn)
-    params["dbname"] = name
-    return make_conninfo("", **params)
 
 
 class _Receiver:
@@ -91,10 +72,7 @@ class _Receiver:
 
     def effects(self) -> tuple[int, int]:
         """(effects applied, idempotency keys applied more than once)."""
-        with psycopg.connect(self.dsn) as conn:
-            row = conn.execute(_q("demo_effects")).fetchone()
-        assert row is not None
-        return int(row[0]), int(row[1])
+        return effects_summary(self.dsn)
 
     def close(self) -> None:
         self.proc.terminate()
@@ -281,13 +259,13 @@ def run_demo(*, jobs: int = 24, workers: int = 3, linger: float = 0.0) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
     dashboard = None
     try:
-        dsn = _fresh_database(server_dsn, DEMO_DB)
+        dsn = fresh_database(server_dsn, DEMO_DB)
         migrate(dsn)
         from ._observe._dashboard import serve_dashboard
 
         dashboard = serve_dashboard(dsn, poll_interval=0.5)  # loopback, free port, read-only
         print(f"dashboard (live while the demo runs): {dashboard.url}", flush=True)
-        receiver = _Receiver(_fresh_database(server_dsn, RECEIVER_DB), scratch / "decisions.jsonl")
+        receiver = _Receiver(fresh_database(server_dsn, RECEIVER_DB), scratch / "decisions.jsonl")
         print(f"example case service listening at {receiver.url}", flush=True)
         try:
             demo = _Demo(dsn, receiver, jobs, workers)
@@ -330,9 +308,9 @@ def run_pipeline_demo(*, runs: int = 6, workers: int = 3) -> int:
             print(f"embedded PostgreSQL started ({server_dsn})", flush=True)
         scratch = Path(tempfile.mkdtemp(prefix="tenure-pipeline-demo-"))
         cleanup.callback(shutil.rmtree, scratch, ignore_errors=True)
-        dsn = _fresh_database(server_dsn, PIPELINE_DEMO_DB)
+        dsn = fresh_database(server_dsn, PIPELINE_DEMO_DB)
         migrate(dsn)
-        tracker = _Receiver(_fresh_database(server_dsn, TRACKER_DB), scratch / "decisions.jsonl")
+        tracker = _Receiver(fresh_database(server_dsn, TRACKER_DB), scratch / "decisions.jsonl")
         cleanup.callback(tracker.close)
         print(f"tracker (example case service) listening at {tracker.url}", flush=True)
         demo = ReviewDemo(dsn, tracker, runs, workers)

@@ -34,7 +34,7 @@ from tests.store.helpers import new_job
 
 from tenure import StaleFence
 from tenure._store import Finish, LeaseConnection, Store
-from tenure._store import _store as store_module
+from tenure._store import _connection as store_module
 from tenure.fence import SyncFenceGuard, migrate_fence
 from tenure.fence import _guard as guard_module
 

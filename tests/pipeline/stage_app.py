@@ -33,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 from tenure import App, Context, Stage, Verdict
 from tenure._pipeline import _engine
 from tenure._pipeline._model import run_of_key
-from tenure._store import _store
+import tenure._store as _store
 
 LEASE = 1.5
 HEARTBEAT = 0.3

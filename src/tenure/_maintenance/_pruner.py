@@ -31,7 +31,7 @@ from typing import Literal
 from .._errors import PolicyError
 from .._log import log_event
 from .._store import Store
-from ._looper import Looper, check_ranges
+from ._service import Service, check_ranges
 
 logger = logging.getLogger("tenure.job_pruner")
 
@@ -73,7 +73,7 @@ class JobPrunerConfig:
             raise PolicyError(f"job pruner batch must be an integer, got {self.batch!r}")
 
 
-class JobPruner(Looper):
+class JobPruner(Service):
     """One worker's job pruner (see the module docstring)."""
 
     name = "tenure-job-pruner"

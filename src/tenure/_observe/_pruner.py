@@ -2,7 +2,7 @@
 
 The journal must not become a second, forever-growing store; it holds no
 payloads, but its ids and timings are still history an operator only needs
-for so long. Same shape as every maintenance service (a `Looper`): a frozen config with
+for so long. Same shape as every maintenance service (a `Service`): a frozen config with
 defaults validated eagerly, idempotent start/stop, and `run_once()` for tests
 and for ``tenure prune``. Each worker runs one; ``SKIP LOCKED`` lets several
 share the work, and it logs only when it deleted something.
@@ -18,7 +18,7 @@ from typing import Any
 
 from .._errors import PolicyError
 from .._log import log_event
-from .._maintenance._looper import Looper
+from .._maintenance._service import Service
 from .._store import Store
 
 logger = logging.getLogger("tenure.pruner")
@@ -64,7 +64,7 @@ class PrunerConfig:
         return cls(**options)
 
 
-class Pruner(Looper):
+class Pruner(Service):
     """One worker's journal pruner; `run_once` is also what ``tenure prune`` runs."""
 
     name = "tenure-journal-pruner"

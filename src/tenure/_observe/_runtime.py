@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from .._log import attach, log_event
 from .._store import Store
@@ -75,6 +75,13 @@ class WorkerTelemetry:
         log_event(
             logger, "metrics_listening", worker=self._worker, url=self.metrics_url + "/metrics"
         )
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
     async def stop(self) -> None:
         if self._server is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Self
 
 import psycopg
 from psycopg.rows import dict_row
@@ -69,6 +69,13 @@ class StoreBase:
 
     async def close(self) -> None:
         await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def _fetch(
         self, name: str, params: dict[str, Any], timeout: float | None = None

@@ -21,6 +21,8 @@ from dataclasses import fields
 from typing import Any, LiteralString, TypeVar
 
 import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -198,3 +200,17 @@ def shutdown_socket(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
         pass
     finally:
         sock.close()
+
+
+def fresh_database(server_dsn: str, name: str) -> str:
+    """Drop and create database ``name`` on the server of ``server_dsn`` (the demo's own
+    databases); its DSN. Identifiers cannot be bound parameters, so the name is quoted
+    as one (psycopg.sql.Identifier), never formatted in."""
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    params = conninfo_to_dict(server_dsn)
+    params["dbname"] = name
+    return make_conninfo("", **params)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -32,6 +32,7 @@ from ._rows import (
     ClaimedJob,
     Finish,
     JobStatus,
+    JournalEntry,
     NewJob,
 )
 
@@ -302,8 +303,8 @@ class JobStatements(StoreBase):
         )
         return [Job.from_row(row) for row in rows]
 
-    async def job_events(self, job_id: int) -> list[dict[str, Any]]:
-        return await self._fetch("job_events", {"job_id": job_id})
+    async def job_events(self, job_id: int) -> list[JournalEntry]:
+        return cast(list[JournalEntry], await self._fetch("job_events", {"job_id": job_id}))
 
     async def cancel(self, job_id: int) -> Job | None:
         """Cancel a queued or running job; None when it had already ended."""

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, LiteralString
+from typing import Any, LiteralString, Self
 
 import psycopg
 
@@ -75,6 +75,13 @@ class Listener:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"{self._name}-listen")
+
+    async def __aenter__(self) -> Self:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
     async def stop(self) -> None:
         task, self._task = self._task, None

@@ -12,6 +12,7 @@ from ._connection import (
 )
 from ._jobs import try_analyze
 from ._rows import (
+    JobsStatistics,
     NewJob,
 )
 
@@ -54,10 +55,12 @@ class MaintenanceStatements(StoreBase):
                 rows = await rows_of(conn, "prune_jobs", {"tools": list(tools), "limit": limit})
         return int(rows[0]["n"])
 
-    async def jobs_statistics(self) -> dict[str, float]:
+    async def jobs_statistics(self) -> JobsStatistics:
         """The planner's view of tenure_jobs at its last ANALYZE, and the table now."""
-        rows = await self._fetch("jobs_statistics", {}, CLAIM_TIMEOUT)
-        return {k: float(v) for k, v in rows[0].items()}
+        row = (await self._fetch("jobs_statistics", {}, CLAIM_TIMEOUT))[0]
+        return JobsStatistics(
+            analyzed_rows=float(row["analyzed_rows"]), live_rows=float(row["live_rows"])
+        )
 
     async def analyze_jobs(self, timeout_ms: int) -> bool:
         """ANALYZE tenure_jobs unless another worker is at it; True if this one did."""

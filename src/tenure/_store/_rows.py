@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from psycopg.types.json import Jsonb
 
@@ -276,3 +276,155 @@ def journal_params(rows: Sequence[JournalRow]) -> dict[str, Any]:
         "details": [Jsonb(r.detail) for r in rows],
         "delays_ms": [max(0, round((now - r.observed_at) * 1000)) for r in rows],
     }
+
+
+# -- what operators read (queries/observe.sql): rows as the statements return them --------
+# TypedDicts rather than dataclasses: these are read by name in tables, pages and gauges,
+# and a TypedDict types each name without copying every row into another object.
+
+
+class JournalEntry(TypedDict):
+    """One journal row. ``job_id`` is absent from a job's own timeline, ``payload_hmac``
+    from the dashboard's feed."""
+
+    id: int
+    at: datetime
+    kind: str
+    job_id: NotRequired[int | None]
+    token: int | None
+    attempt: int | None
+    worker: str | None
+    tool: str | None
+    code: str | None
+    duration_ms: int | None
+    payload_hmac: NotRequired[str | None]
+    detail: dict[str, Any]
+
+
+class JobDetail(TypedDict):
+    """A job as an operator may see it: never its payload, result or error message."""
+
+    id: int
+    tool: str
+    state: str
+    idempotency_key: str
+    attempt: int
+    max_attempts: int
+    token: int
+    owner: str | None
+    lease_until: datetime | None
+    heartbeat_at: datetime | None
+    claimed_at: datetime | None
+    run_after: datetime
+    priority: int
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    code: str | None
+    payload_hmac: str | None
+    tenant: str
+    progress: dict[str, Any] | None
+    db_now: datetime
+
+
+class HeldLease(TypedDict):
+    id: int
+    tool: str
+    attempt: int
+    max_attempts: int
+    token: int
+    owner: str
+    claimed_at: datetime | None
+    heartbeat_at: datetime | None
+    lease_until: datetime
+    db_now: datetime
+
+
+class RunningSummary(TypedDict):
+    tool: str
+    running: int
+    lease_remaining_min: float
+    heartbeat_age_max: float
+
+
+class QueueDepth(TypedDict):
+    tool: str
+    depth: int
+    oldest_age: float | None
+    capped: bool
+
+
+class WaitingSummary(TypedDict):
+    tool: str
+    waiting: int
+    oldest_age: float
+
+
+class OpenWaitpointRow(TypedDict):
+    job_id: int
+    name: str
+    on_timeout: str
+    created_at: datetime
+    tool: str
+    tenant: str
+    seconds_left: float
+    waited: float
+
+
+class JobWaitpoint(TypedDict):
+    name: str
+    state: str
+    on_timeout: str
+    deadline: datetime
+    request: Any
+    created_at: datetime
+    closed_at: datetime | None
+    seconds_left: float
+
+
+class OutcomeBucket(TypedDict):
+    tool: str | None
+    bucket: datetime
+    succeeded: int
+    failed: int
+    retried: int
+    lost: int
+
+
+class JournalCount(TypedDict):
+    kind: str
+    tool: str | None
+    n: int
+    last_id: int
+
+
+class RunSummary(TypedDict):
+    run_id: int
+    pipeline: str
+    state: str
+    updated_at: datetime
+    stages: list[dict[str, Any]]
+
+
+class ServerInfo(TypedDict):
+    version: str
+    version_num: int
+    database: str
+    db_now: datetime
+
+
+class AppliedMigration(TypedDict):
+    version: int
+    name: str
+    applied_at: datetime
+
+
+class TableIndex(TypedDict):
+    table_name: str
+    index_name: str
+    table_rows: float
+
+
+class JobsStatistics(TypedDict):
+    analyzed_rows: float
+    live_rows: float

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from ._base import StoreBase
 from ._connection import (
@@ -10,6 +10,7 @@ from ._connection import (
 )
 from ._rows import (
     Finish,
+    JobWaitpoint,
 )
 
 
@@ -56,5 +57,5 @@ class WaitpointStatements(StoreBase):
         """Resume or fail the jobs of open waitpoints past their deadline (one batch)."""
         return [int(row["id"]) for row in await self._fetch("expire_waitpoints", {"limit": limit})]
 
-    async def job_waitpoints(self, job_id: int) -> list[dict[str, Any]]:
-        return await self._fetch("job_waitpoints", {"job_id": job_id})
+    async def job_waitpoints(self, job_id: int) -> list[JobWaitpoint]:
+        return cast(list[JobWaitpoint], await self._fetch("job_waitpoints", {"job_id": job_id}))

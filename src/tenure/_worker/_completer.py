@@ -22,7 +22,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Self
 
 import psycopg
 
@@ -74,6 +74,13 @@ class Completer:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="tenure-completer")
+
+    async def __aenter__(self) -> Self:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -224,9 +224,6 @@ class Executor:
         self._abandoned = {t for t in self._abandoned if t.is_alive()}
         return len(self._abandoned)
 
-    def shutdown(self) -> None:
-        """Nothing to join: abandoned daemon threads end with the process."""
-
     async def run(
         self, spec: ToolSpec, ctx: Context, job: ClaimedJob, stop: dict[int, Stopped]
     ) -> Finish | Abandoned:

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Self
 
 import psycopg
 
@@ -96,6 +97,13 @@ class HeartbeatThread:
     def start(self) -> None:
         self._thread.start()
         self._watcher.start()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping.set()

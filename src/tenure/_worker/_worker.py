@@ -31,6 +31,7 @@ from .._log import enabled, log_event
 from .._maintenance._pruner import JobPruner, JobPrunerConfig
 from .._maintenance._rescuer import Rescuer, RescuerConfig
 from .._maintenance._scheduler import Scheduler, SchedulerConfig
+from .._maintenance._service import Service
 from .._maintenance._statistics import StatisticsConfig, StatisticsKeeper
 from .._observe._pruner import PrunerConfig
 from .._observe._runtime import TelemetryOptions, WorkerTelemetry
@@ -59,6 +60,16 @@ CREDENTIAL_VARIABLES = (
 PULSE_INTERVAL = 0.05
 START_SLICE = 100  # job starts between two yields to the event loop
 EXPIRY_SLACK = 0.005  # wake this long after a foreign lease's end, so it has surely passed
+
+
+async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def _remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(sig)
 
 
 def default_worker_name() -> str:
@@ -149,69 +160,64 @@ class Worker:
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
-        store = Store(dsn, max_size=4)
-        await store.open()
-        self._waitpoint_secret = await store.waitpoint_secret()
-        heartbeat = HeartbeatThread(dsn, self.name)
-        executor = Executor()
-        completer = Completer(store, self.name, self._count, stages=Transitions(store))
-        rescuer = Rescuer(store, self._rescuer_config)
-        scheduler = Scheduler(
-            store, list(self.app.schedules.values()), self.app._schedule_job, self._scheduler_config
-        )
-        job_pruner = JobPruner(store, list(self._lease_ms), self._job_pruner_config)
-        keeper = StatisticsKeeper(store, self._statistics)
-        background = [asyncio.create_task(self._pulse(), name="tenure-pulse")]
-        listener = Listener(
-            dsn,
-            ("tenure_jobs", "tenure_cancel"),
-            functools.partial(self._notified, heartbeat),
-            on_connect=self._wake.set,
-            name=self.name,
-        )
-        listener.start()
-        telemetry = WorkerTelemetry(self.app, self.name, store, self._telemetry)
-        heartbeat.start()
-        completer.start()
-        rescuer.start()
-        scheduler.start()
-        job_pruner.start()
-        keeper.start()
-        log_event(
-            logger,
-            "worker_started",
-            worker=self.name,
-            concurrency=self.concurrency,
-            tools=",".join(sorted(self._lease_ms)),
-        )
-        try:
-            await telemetry.start()
-            self.metrics_url = telemetry.metrics_url
-            await self._claim_loop(store, heartbeat, executor, completer)
-            await self._drain()
-        finally:
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            await listener.stop()
-            await keeper.stop()
-            await job_pruner.stop()
-            await scheduler.stop()
-            await rescuer.stop()
-            await completer.stop()
-            heartbeat.stop()
-            executor.shutdown()
-            await telemetry.stop()
-            await store.close()
+        async with contextlib.AsyncExitStack() as stack:
+            stack.callback(self._log_stopped)  # the last thing, whatever went wrong
             if handle_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
+                stack.callback(_remove_signal_handlers, loop)
+            store = await stack.enter_async_context(Store(dsn, max_size=4))
+            self._waitpoint_secret = await store.waitpoint_secret()
+            telemetry = await stack.enter_async_context(
+                WorkerTelemetry(self.app, self.name, store, self._telemetry)
+            )
+            self.metrics_url = telemetry.metrics_url
+            executor = Executor()
+            heartbeat = stack.enter_context(HeartbeatThread(dsn, self.name))
+            completer = await stack.enter_async_context(
+                Completer(store, self.name, self._count, stages=Transitions(store))
+            )
+            for service in self._services(store):
+                await stack.enter_async_context(service)
+            await stack.enter_async_context(
+                Listener(
+                    dsn,
+                    ("tenure_jobs", "tenure_cancel"),
+                    functools.partial(self._notified, heartbeat),
+                    on_connect=self._wake.set,
+                    name=self.name,
+                )
+            )
+            stack.push_async_callback(_cancel_and_wait, asyncio.create_task(self._pulse()))
             log_event(
                 logger,
-                "worker_stopped",
+                "worker_started",
                 worker=self.name,
-                counts=",".join(f"{k}:{v}" for k, v in sorted(self.counts.items())),
+                concurrency=self.concurrency,
+                tools=",".join(sorted(self._lease_ms)),
             )
+            await self._claim_loop(store, heartbeat, executor, completer)
+            await self._drain()
+
+    def _services(self, store: Store) -> list[Service]:
+        """The background services of this worker, each on the one `Service` contract."""
+        return [
+            Rescuer(store, self._rescuer_config),
+            Scheduler(
+                store,
+                list(self.app.schedules.values()),
+                self.app._schedule_job,
+                self._scheduler_config,
+            ),
+            JobPruner(store, list(self._lease_ms), self._job_pruner_config),
+            StatisticsKeeper(store, self._statistics),
+        ]
+
+    def _log_stopped(self) -> None:
+        log_event(
+            logger,
+            "worker_stopped",
+            worker=self.name,
+            counts=",".join(f"{k}:{v}" for k, v in sorted(self.counts.items())),
+        )
 
     async def _drain(self) -> None:
         if self._active:

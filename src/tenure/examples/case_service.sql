@@ -31,3 +31,14 @@ RETURNING id, created_at;
 INSERT INTO example_payments (idempotency_key, scope, token, payment_id, amount_cents)
 VALUES (%(key)s, %(scope)s, %(token)s, %(payment_id)s, %(amount_cents)s)
 RETURNING id, captured_at;
+
+-- name: effects_summary
+-- For a report (tenure demo): effects applied, and idempotency keys applied more than once.
+SELECT count(*) AS applied,
+       (SELECT count(*) FROM (
+            SELECT idempotency_key FROM (
+                SELECT idempotency_key FROM example_cases
+                UNION ALL
+                SELECT idempotency_key FROM example_payments) AS effects
+            GROUP BY idempotency_key HAVING count(*) > 1) AS twice) AS doubled
+FROM (SELECT 1 FROM example_cases UNION ALL SELECT 1 FROM example_payments) AS everything;
