@@ -71,7 +71,7 @@ async def test_without_a_token_the_dashboard_is_read_only(
         assert page.headers[header] == value
     assert "script-src 'self'" in page.headers["content-security-policy"]
     fragments = open_board.get("/api/overview").json()
-    assert set(fragments) == {"running", "events", "charts", "pipelines"}
+    assert set(fragments) == {"running", "waiting", "events", "charts", "pipelines"}
     job_page = open_board.get(f"/jobs/{job_id}")
     assert "need an access token" in job_page.text and 'id="cancel"' not in job_page.text
     refused = open_board.post(f"/jobs/{job_id}/cancel", data={"csrf": "x"})
@@ -120,7 +120,7 @@ async def test_with_a_token_actions_need_a_session_and_its_csrf_token(
     done = locked_board.post(f"/jobs/{job_id}/cancel", data={"csrf": csrf})
     assert done.status_code == 303 and done.headers["location"].startswith(f"/jobs/{job_id}?done=")
     assert (await store.get_job(job_id)).state == "cancelled"
-    assert "Cancelled: a running call stops" in locked_board.get(done.headers["location"]).text
+    assert "Cancelled: a running call was told to stop at once" in locked_board.get(done.headers["location"]).text
     again = locked_board.post(f"/jobs/{job_id}/retry", data={"csrf": csrf})
     assert again.status_code == 303
     assert (await store.get_job(job_id)).state == "queued"
