@@ -367,10 +367,10 @@ async def answer_waitpoint(request: Request) -> Response:
         text = answer_json(answer)
     except (ValueError, PayloadError):
         return JSONResponse({"error": "the answer must be JSON"}, status_code=400)
-    job_id = await _store(request).complete_waitpoint(token_hash(token), text)
-    if job_id is None:
+    job = await _store(request).complete_waitpoint(token_hash(token), text)
+    if job is None:
         return JSONResponse({"error": "no open waitpoint has this token"}, status_code=409)
-    return JSONResponse({"job": job_id, "state": "queued"})
+    return JSONResponse({"job": job.id, "state": job.state})
 
 
 def _safe_next(value: str) -> str:
