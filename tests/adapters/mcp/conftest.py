@@ -1,8 +1,5 @@
-"""Fixtures of the MCP adapter's tests: the SDK's own client, real workers, a real receiver.
-
-Skipped as a whole, with the reason, only where the ``mcp`` extra is missing; CI
-installs it (the ``test`` extra includes it), so there they always run.
-"""
+"""Fixtures of the MCP adapter's tests: real workers, a real receiver (no SDK needed here:
+each test module skips itself, with the reason, where the ``mcp`` extra is missing)."""
 
 from __future__ import annotations
 
@@ -10,11 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip(
-    "mcp", reason="the MCP SDK is not installed: pip install -e '.[mcp]' (CI installs it)"
-)
-
 from tests.apps.mcp_app import build_app
 from tests.e2e.conftest import receiver_dsn, receivers  # noqa: F401 - fixtures
 from tests.support.workers import WorkerGroup, WorkerProcess, closing_app

@@ -1,5 +1,9 @@
 """The MCP adapter's test helpers: in-memory JSON-RPC connections, ``tenure mcp`` over stdio,
-and reads of tenure's tables."""
+and reads of tenure's tables.
+
+Test modules call `needs_sdk` before importing this: where the ``mcp`` extra is missing
+they are skipped with the reason (CI installs it: the ``test`` extra includes it).
+"""
 
 from __future__ import annotations
 

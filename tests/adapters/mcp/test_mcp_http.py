@@ -1,3 +1,4 @@
+# ruff: noqa: E402
 """Streamable HTTP, on loopback only: ``tenure mcp --http`` as a subprocess, its bind and token
 rules (the dashboard's), and the SDK's own bearer auth giving callers a scope that outlives
 their sessions."""
@@ -13,9 +14,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+from tests.adapters.mcp.sdk import needs_sdk
+
+needs_sdk()  # before the SDK's imports below, hence E402
+
 import httpx
 import httpx2
-import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.auth.provider import AccessToken

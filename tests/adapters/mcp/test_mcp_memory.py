@@ -1,3 +1,4 @@
+# ruff: noqa: E402
 """`tenure.mcp` driven by the SDK's own client, in memory (JSON-RPC framed), on both protocol
 eras the SDK speaks, against real PostgreSQL and real worker processes."""
 
@@ -6,8 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
+from tests.adapters.mcp.sdk import needs_sdk
+
+needs_sdk()  # before the SDK's imports below, hence E402
+
+import anyio
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, CancelledNotification

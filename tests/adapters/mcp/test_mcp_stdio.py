@@ -1,3 +1,4 @@
+# ruff: noqa: E402
 """``tenure mcp`` as a real subprocess on stdio, driven by the SDK's own stdio client, with
 real worker processes and the example case service as the receiver of side effects."""
 
@@ -6,8 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
+from tests.adapters.mcp.sdk import needs_sdk
+
+needs_sdk()  # before the SDK's imports below, hence E402
+
+import anyio
 from mcp_types import CallToolResult
 from tests.adapters.mcp.helpers import jobs, key, stdio
 from tests.apps.fence_app import case_key as fence_case_key
