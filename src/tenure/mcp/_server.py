@@ -49,6 +49,7 @@ from ._sdk import Ctx
 
 logger = logging.getLogger("tenure.mcp")
 
+MAX_SHOWN_NAME = 100  # characters of an unknown tool's name said back
 MAX_TRACKED = 10_000  # calls remembered for a cancel that may still arrive; oldest dropped
 
 
@@ -96,7 +97,7 @@ class _Bridge:
 
     async def call_tool(self, ctx: Ctx, params: CallToolRequestParams) -> CallToolResult:
         if params.name not in self.app.tools:
-            raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}")
+            raise MCPError(INVALID_PARAMS, f"unknown tool {params.name[:MAX_SHOWN_NAME]!r}")
         caller = caller_of(ctx, self._server())
         key = job_key(caller, ctx, params.meta)
         call = self._track(caller, ctx.request_id)
