@@ -1,7 +1,7 @@
 # ruff: noqa: E402
 """Hostile MCP calls: each gets a typed refusal (a JSON-RPC INVALID_PARAMS, or a tool error
 the model can read) that says what is wrong without echoing the input at length, and queues
-nothing."""
+nothing. No worker runs here: a call that wrongly queued would wait, so each call is bounded."""
 
 from __future__ import annotations
 
@@ -62,7 +62,9 @@ async def test_a_malformed_client_key_is_refused_and_queues_nothing(
 ) -> None:
     async with Client(server(app)) as client:
         with pytest.raises(MCPError) as refused:
-            await client.call_tool("echo", {"text": "x"}, meta={KEY_META: bad})
+            await client.call_tool(
+                "echo", {"text": "x"}, read_timeout_seconds=30, meta={KEY_META: bad}
+            )
     assert refused.value.error.code == INVALID_PARAMS
     assert KEY_META in refused.value.error.message
     assert len(refused.value.error.message) < 200
@@ -75,7 +77,7 @@ async def test_an_unknown_tool_is_refused_and_queues_nothing(
 ) -> None:
     async with Client(server(app)) as client:
         with pytest.raises(MCPError) as refused:
-            await client.call_tool(name, {"text": "x"})
+            await client.call_tool(name, {"text": "x"}, read_timeout_seconds=30)
     assert refused.value.error.code == INVALID_PARAMS
     assert len(refused.value.error.message) < 200
     assert jobs(tenure_dsn) == []
@@ -86,7 +88,7 @@ async def test_arguments_that_do_not_fit_are_a_tool_error_and_queue_nothing(
     app: App, tenure_dsn: str, arguments: dict[str, Any]
 ) -> None:
     async with Client(server(app)) as client:
-        result = await client.call_tool("echo", arguments)
+        result = await client.call_tool("echo", arguments, read_timeout_seconds=30)
     assert result.is_error
     assert result.structured_content is not None
     assert result.structured_content["error"]["code"] == "invalid_arguments"
