@@ -101,8 +101,13 @@ class _Bridge:
         caller = caller_of(ctx, self._server())
         key = job_key(caller, ctx, params.meta)
         call = self._track(caller, ctx.request_id)
-        job = await self._enqueue(params, key, caller)
-        if isinstance(job, CallToolResult):
+        try:
+            job = await self._enqueue(params, key, caller)
+        except MCPError:
+            self._untrack(caller, ctx.request_id)
+            raise
+        if isinstance(job, CallToolResult):  # refused: nothing was queued
+            self._untrack(caller, ctx.request_id)
             return job
         call.job_id = job.id
         if call.cancelled:  # the cancel arrived while the job was being queued
