@@ -766,11 +766,21 @@ def _parser() -> argparse.ArgumentParser:
         "mcp", help="serve MODULE:APP's tools over MCP: stdio, or --http (needs tenure[mcp])"
     )
     mcp.add_argument("app", type=target, help="MODULE:APP")
-    mcp.add_argument("--http", action="store_true", help="streamable HTTP at /mcp, not stdio")
+    mcp.add_argument(
+        "--http",
+        action="store_true",
+        help="streamable HTTP at /mcp, not stdio ($TENURE_MCP_TOKEN: a bearer token, "
+        "required beyond loopback)",
+    )
     mcp.add_argument("--host", type=text(HOST_MAX), default="127.0.0.1", help="with --http")
     mcp.add_argument("--port", type=integer(0, MAX_PORT), default=8322, help="with --http")
     mcp.add_argument(
-        "--allowed-host", action="append", default=[], type=text(HOST_MAX), metavar="NAME[:PORT]"
+        "--allowed-host",
+        action="append",
+        default=[],
+        type=text(HOST_MAX),
+        metavar="NAME[:PORT]",
+        help="with --http: also answer to this Host; repeatable",
     )
     mcp.add_argument(
         "--worker", action="store_true", help="also run a worker in this process (one machine)"
