@@ -44,7 +44,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 BENCH = Path(__file__).resolve().parent
 APPS = BENCH / "apps"
 sys.path.insert(0, str(BENCH))
-from run import CpuWindow, backend_pids, log, pct  # noqa: E402
+from harness.system import CpuWindow, backend_pids, log, pct  # noqa: E402
 
 import tenure  # noqa: E402
 

@@ -624,14 +624,14 @@ class App:
         """Answer the waitpoint whose token a suspended call handed out: the answer (any
         JSON) reaches the tool, which is called again. Accepted once, while the waitpoint
         is open and its job waits there: a second, late or unknown answer raises Conflict
-        and writes nothing. Returns the job, queued again."""
+        and writes nothing. Returns the job as the answer left it: queued again."""
         if not isinstance(token, str) or not 1 <= len(token) <= 200:
             raise Conflict("no open waitpoint has this token")
         store = await self._store()
-        job_id = await store.complete_waitpoint(token_hash(token), answer_json(answer))
-        if job_id is None:
+        job = await store.complete_waitpoint(token_hash(token), answer_json(answer))
+        if job is None:
             raise Conflict("no open waitpoint has this token (answered, timed out or unknown)")
-        return await store.get_job(job_id)
+        return job
 
     async def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with one more attempt."""

@@ -547,6 +547,16 @@ def _dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    try:
+        from .mcp._command import run_mcp
+    except ModuleNotFoundError as exc:  # the extra is not installed
+        if exc.name != "mcp":
+            raise
+        raise ConfigError(str(exc)) from None
+    return run_mcp(load_app(args.app), args)
+
+
 def _worker(args: argparse.Namespace) -> int:
     from ._maintenance._pruner import JobPrunerConfig
     from ._observe._pruner import PrunerConfig
@@ -778,6 +788,30 @@ def _parser() -> argparse.ArgumentParser:
         help="also answer to this Host (a proxy's or DNS name); repeatable",
     )
 
+    mcp = commands.add_parser(
+        "mcp", help="serve MODULE:APP's tools over MCP: stdio, or --http (needs tenure[mcp])"
+    )
+    mcp.add_argument("app", type=target, help="MODULE:APP")
+    mcp.add_argument(
+        "--http",
+        action="store_true",
+        help="streamable HTTP at /mcp, not stdio ($TENURE_MCP_TOKEN: a bearer token, "
+        "required beyond loopback)",
+    )
+    mcp.add_argument("--host", type=text(HOST_MAX), default="127.0.0.1", help="with --http")
+    mcp.add_argument("--port", type=integer(0, MAX_PORT), default=8322, help="with --http")
+    mcp.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        type=text(HOST_MAX),
+        metavar="NAME[:PORT]",
+        help="with --http: also answer to this Host; repeatable",
+    )
+    mcp.add_argument(
+        "--worker", action="store_true", help="also run a worker in this process (one machine)"
+    )
+
     from ._chaos import add_chaos_arguments
 
     add_chaos_arguments(
@@ -840,6 +874,8 @@ def _run(args: argparse.Namespace) -> int:
         return _tools(args)
     if args.command == "dashboard":
         return _dashboard(args)
+    if args.command == "mcp":
+        return _mcp(args)
     target = load_app(args.app) if getattr(args, "app", None) else None
     if args.command == "doctor":  # must see an unmigrated schema as it is, not migrate it
         app = App(target._dsn if target is not None else None, migrate=False)

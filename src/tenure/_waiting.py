@@ -17,6 +17,7 @@ connection (a reconnect also wakes every waiter).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable
@@ -145,9 +146,8 @@ class Waiters:
                             f"{timeout:g} s"
                         )
                     wait = min(wait, left)
-                try:
-                    await asyncio.wait_for(subscription.woken.wait(), wait)
-                except TimeoutError:
-                    pass
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):  # not wait_for: see Listener._check
+                        await subscription.woken.wait()
         finally:
             self._unsubscribe(subscription)

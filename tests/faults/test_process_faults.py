@@ -140,7 +140,8 @@ def test_an_idle_worker_reclaims_a_dead_owners_job_when_its_lease_ends_not_at_it
     within that can only come from waking at the dead owner's lease end."""
     out = tmp_path / "record.txt"
     start_all(workers.spawn("a"))
-    job = ops.enqueue_sync("record", {"seconds": 1.0, "path": str(out)})
+    # Long on a (it must still hold the call when it is killed, however slowly b starts).
+    job = ops.enqueue_sync("record", {"seconds": 30.0, "path": str(out), "only_on": "a"})
     first = wait_running(journal, job.id, workers)
     assert first["owner"] == "a"
     start_all(workers.spawn("b", poll_interval=60.0))

@@ -15,7 +15,7 @@ from tests.store.helpers import new_job
 from tenure._observe._dashboard import MAX_SESSIONS, _Sessions, create_dashboard
 from tenure._observe._http import ServerThread
 from tenure._observe._pages import pipelines_table
-from tenure._store import Store
+from tenure._store._store import Store
 
 pytestmark = pytest.mark.storage
 
@@ -120,10 +120,8 @@ async def test_with_a_token_actions_need_a_session_and_its_csrf_token(
     done = locked_board.post(f"/jobs/{job_id}/cancel", data={"csrf": csrf})
     assert done.status_code == 303 and done.headers["location"].startswith(f"/jobs/{job_id}?done=")
     assert (await store.get_job(job_id)).state == "cancelled"
-    assert (
-        "Cancelled: a running call was told to stop at once"
-        in locked_board.get(done.headers["location"]).text
-    )
+    page = locked_board.get(done.headers["location"]).text
+    assert "Cancelled: a running call was told to stop at once" in page
     again = locked_board.post(f"/jobs/{job_id}/retry", data={"csrf": csrf})
     assert again.status_code == 303
     assert (await store.get_job(job_id)).state == "queued"

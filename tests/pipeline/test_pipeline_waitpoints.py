@@ -63,7 +63,9 @@ async def test_a_waiting_gate_takes_its_verdict_with_no_job_running(
             ),
             timeout=20,
         )
-        assert worker._active == {}  # nothing is running while the person thinks
+        # Nothing is running while the person thinks (the call ends once its suspension
+        # is committed).
+        await wait_until_async(lambda: worker._active == {}, timeout=20)
 
         done = await app.record_verdict(run.id, "qa", HANDED_OUT[key], Verdict("approve"))
         assert [s.name for s in done.stages] == ["qa", "merge"]

@@ -137,7 +137,8 @@ def test_postgres_restart_storm(receiver_dsn: str, storm_dir: Path, record_storm
     assert_clean(result)
     assert result.report.coverage["pg_restart_immediate"]["fired"] == 3
     assert result.report.coverage["pg_restart_fast"]["fired"] == 1
-    assert result.enqueue_errors > 0  # the producer did run into the restarts
+    # The producer may see no error at all: its pooled connections are checked when the
+    # server hung up on them, so enqueues across a restart simply wait for the new server.
 
 
 def _has_libfaketime() -> bool:

@@ -81,16 +81,24 @@ SECURITY_HEADERS = {
 }
 
 
-def check_bind(host: str, token: str | None, allowed_hosts: Sequence[str] = ()) -> None:
+def check_bind(
+    host: str,
+    token: str | None,
+    allowed_hosts: Sequence[str] = (),
+    *,
+    what: str = "the dashboard",
+    env: str = TOKEN_ENV,
+    exposes: str = "read the journal",
+) -> None:
     """Refuse to serve beyond this machine without an access token (and weak tokens),
-    and allowed-host entries that are not host names."""
+    and allowed-host entries that are not host names. (The MCP server's rule too.)"""
     allowed_names(allowed_hosts)
     if token is not None and len(token) < MIN_TOKEN:
-        raise ConfigError(f"the dashboard's access token must be at least {MIN_TOKEN} characters")
+        raise ConfigError(f"{what}'s access token must be at least {MIN_TOKEN} characters")
     if token is None and not is_loopback(host):
         raise ConfigError(
-            f"refusing to serve the dashboard on {host}: anyone who can reach it could read "
-            f"the journal. Set {TOKEN_ENV} (at least {MIN_TOKEN} characters) or bind 127.0.0.1"
+            f"refusing to serve {what} on {host}: anyone who can reach it could {exposes}. "
+            f"Set {env} (at least {MIN_TOKEN} characters) or bind 127.0.0.1"
         )
 
 
@@ -367,10 +375,10 @@ async def answer_waitpoint(request: Request) -> Response:
         text = answer_json(answer)
     except (ValueError, PayloadError):
         return JSONResponse({"error": "the answer must be JSON"}, status_code=400)
-    job_id = await _store(request).complete_waitpoint(token_hash(token), text)
-    if job_id is None:
+    job = await _store(request).complete_waitpoint(token_hash(token), text)
+    if job is None:
         return JSONResponse({"error": "no open waitpoint has this token"}, status_code=409)
-    return JSONResponse({"job": job_id, "state": "queued"})
+    return JSONResponse({"job": job.id, "state": job.state})
 
 
 def _safe_next(value: str) -> str:

@@ -170,7 +170,8 @@ class JournalWriter:
             if not batch:
                 return written
             rows = [to_row(event) for event in batch]
-            await asyncio.wait_for(self._store.record_events(rows), WRITE_TIMEOUT)
+            async with asyncio.timeout(WRITE_TIMEOUT):  # not wait_for: it may swallow a cancel
+                await self._store.record_events(rows)
             with self._lock:
                 for _ in batch:
                     self._buffer.popleft()

@@ -33,6 +33,7 @@ CHANNELS: dict[str, LiteralString] = {
 FIRST_PAUSE = 0.1
 LAST_PAUSE = 1.0
 PROBE_TIMEOUT = 2.0
+STOP_TIMEOUT = 5.0
 
 Notify = Callable[[str, str], None]
 Probe = Callable[[str, str], Awaitable[None]]
@@ -84,10 +85,14 @@ class Listener:
         await self.stop()
 
     async def stop(self) -> None:
+        """Cancel the listening task; a task that does not end within STOP_TIMEOUT (a
+        driver stuck in a socket call) is left behind rather than hanging the caller."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.wait({task}, timeout=STOP_TIMEOUT)
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: never "exception was never retrieved"
         self.connected.clear()
 
     async def _run(self) -> None:
@@ -145,8 +150,11 @@ class Listener:
         arrived = asyncio.get_running_loop().create_future()
         self._probes[payload] = arrived
         try:
-            await self._probe(channel, payload)
-            await asyncio.wait_for(arrived, PROBE_TIMEOUT)
+            # asyncio.timeout, never wait_for: on Python 3.11 wait_for can swallow a cancel
+            # that lands as the awaited future completes, and stop() would then wait forever.
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                await self._probe(channel, payload)
+                await arrived
         except (TimeoutError, psycopg.Error):
             return False
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from .._job import Job
 from ._base import StoreBase
 from ._connection import (
     FINISH_TIMEOUT,
@@ -45,13 +46,14 @@ class WaitpointStatements(StoreBase):
         )
         return bool(rows)
 
-    async def complete_waitpoint(self, token_hash: str, answer_json: str) -> int | None:
-        """Answer an open waitpoint (compare-and-set); its job's id, or None when no open
-        waitpoint has this token (unknown, answered, timed out or cancelled)."""
+    async def complete_waitpoint(self, token_hash: str, answer_json: str) -> Job | None:
+        """Answer an open waitpoint (compare-and-set); its job as the answer left it (queued
+        again), or None when no open waitpoint has this token (unknown, answered, timed
+        out or cancelled)."""
         rows = await self._fetch(
             "complete_waitpoint", {"token_hash": token_hash, "answer": answer_json}
         )
-        return int(rows[0]["job_id"]) if rows else None
+        return Job.from_row(rows[0]) if rows else None
 
     async def expire_waitpoints(self, limit: int) -> list[int]:
         """Resume or fail the jobs of open waitpoints past their deadline (one batch)."""

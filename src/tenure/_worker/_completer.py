@@ -142,7 +142,8 @@ class Completer:
         self, group: list[_Pending], call: Callable[[], Awaitable[dict[int, bool]]]
     ) -> None:
         try:
-            verdicts = await asyncio.wait_for(call(), COMMIT_TIMEOUT)
+            async with asyncio.timeout(COMMIT_TIMEOUT):  # not wait_for: it may swallow a cancel
+                verdicts = await call()
         except DATA_ERRORS as exc:
             await self._unstorable(group, call, exc)
             return

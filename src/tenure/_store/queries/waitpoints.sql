@@ -68,15 +68,15 @@ WITH answered AS (
                    'answer', %(answer)s::jsonb, 'timed_out', false, 'at', clock_timestamp()))
     FROM answered a
     WHERE j.id = a.job_id
-    RETURNING j.id, j.tool, j.token, j.attempt, j.payload_hmac, a.name, a.waited_ms
+    RETURNING j.*, a.name AS waitpoint_name, a.waited_ms
 ), journal AS (
     INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
                                duration_ms, payload_hmac)
     SELECT 'waitpoint_answered', r.id, r.token, r.attempt, NULL, r.tool,
-           jsonb_build_object('waitpoint', r.name), NULL, r.waited_ms, r.payload_hmac
+           jsonb_build_object('waitpoint', r.waitpoint_name), NULL, r.waited_ms, r.payload_hmac
     FROM resumed r
 )
-SELECT r.id AS job_id, r.name FROM resumed r
+SELECT r.* FROM resumed r
 
 -- name: expire_waitpoints
 -- The rescuer's sweep: open waitpoints past their deadline, oldest first, in a bounded batch

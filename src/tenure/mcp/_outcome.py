@@ -1,0 +1,99 @@
+"""What an MCP caller is told about its call: tenure's job states as MCP results, in one place.
+
+The plain path (the only one the SDK allows: see `_sdk`) answers ``tools/call``
+once the job has ended:
+
+=========== ==============================================================
+job state   ``CallToolResult``
+=========== ==============================================================
+succeeded   the result as text (JSON unless a string) and, for a JSON
+            object, as ``structuredContent``
+failed      ``isError``: the error code, the attempts used and, for a
+            failure the tool classified itself (``PermanentError``,
+            ``RetryableError``, ``OutcomeUnknown`` or a type its policy
+            declares permanent), its message; never a stack trace, and
+            never an unclassified exception's text (that stays on the
+            job's row for the operator: ``tenure jobs show``)
+cancelled   ``isError`` with code ``cancelled``
+=========== ==============================================================
+
+Calls refused before anything was queued are tool errors too (the model can
+fix them): ``invalid_arguments`` lists every problem, ``idempotency_conflict``
+and ``quota_exceeded`` say what to change. Every result carries
+``_meta["tenure/job"]``: the job's id, whether this call created it, its state
+and attempts.
+
+Task seam. Where an SDK implements the tasks extension, this is where job
+states become task statuses: queued and running → ``working`` (lease, attempt
+and progress → ``statusMessage``), succeeded → ``completed``, failed →
+``failed``, cancelled → ``cancelled``, retention → ``ttl``. WAITPOINTS: a job
+waiting for outside input (a later issue's ``waiting`` state) → the
+extension's ``input_required``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from mcp_types import CallToolResult, TextContent
+
+from .._errors import PayloadError
+from .._job import Job
+
+META_KEY = "tenure/job"
+MAX_TEXT = 2000  # characters of an error message shown to the caller
+# Failures the tool classified itself; their messages are the tool's words to its caller.
+CLASSIFIED = frozenset({"permanent", "retryable", "outcome_unknown"})
+
+
+def _result(
+    text: str,
+    *,
+    error: bool,
+    structured: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None,
+) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=error,
+        _meta=meta,
+    )
+
+
+def job_result(job: Job, *, created: bool) -> CallToolResult:
+    """The result of a job that has ended (see the table above)."""
+    meta = {
+        META_KEY: {"id": job.id, "created": created, "state": job.state, "attempts": job.attempt}
+    }
+    if job.state == "succeeded":
+        value = job.result
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        structured = value if isinstance(value, dict) else None
+        return _result(text, error=False, structured=structured, meta=meta)
+    error = job.error or {}
+    code = str(error.get("code", job.state)) if job.state == "failed" else "cancelled"
+    detail: dict[str, Any] = {"code": code, "attempts": job.attempt}
+    text = f"{job.tool} {job.state} ({code}) after {job.attempt} attempt(s)"
+    message = error.get("message")
+    if code in CLASSIFIED and isinstance(message, str) and message:
+        detail["message"] = message[:MAX_TEXT]
+        text += f": {detail['message']}"
+    return _result(text, error=True, structured={"error": detail}, meta=meta)
+
+
+def refused(code: str, text: str, problems: Sequence[str] = ()) -> CallToolResult:
+    """A call refused before anything was queued: nothing was written."""
+    detail: dict[str, Any] = {"code": code}
+    if problems:
+        detail["problems"] = list(problems)
+    return _result(text, error=True, structured={"error": detail})
+
+
+def invalid_arguments(tool: str, exc: PayloadError) -> CallToolResult:
+    """Arguments that do not fit the tool's signature: every problem, so all get fixed at once."""
+    problems = exc.problems or (str(exc),)
+    text = f"invalid arguments for {tool}:\n" + "\n".join(f"- {p}" for p in problems)
+    return refused("invalid_arguments", text, problems)

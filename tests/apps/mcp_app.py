@@ -1,0 +1,89 @@
+"""Tools the MCP adapter's tests call through an MCP client.
+
+Worker processes and ``tenure mcp`` subprocesses load ``tests.apps.mcp_app:app``
+(``TENURE_DSN``); in-process tests build their own with ``build_app(dsn)``.
+Leases are short (1.5 s, heartbeat 0.3 s: L > 2·0.3 + 0.5) so that a SIGKILLed
+worker's call is taken over within seconds.
+
+``open_case`` opens a case at the example case service (its URL in
+``MCP_APP_RECEIVER``), fenced with the job's token and key. With ``hold``, the
+first attempt stops right after the case was opened and waits forever: the
+test kills its worker there, mid-call, after the side effect and before the
+commit, the worst moment for exactly-once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import httpx
+
+from tenure import App, Context
+from tenure.fence import raise_for_fence
+
+LEASE = dict(lease=1.5, heartbeat=0.3, jitter=0.5, time_limit=60.0)
+
+
+def note(path: str, what: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"{what}\n")
+
+
+def build_app(dsn: str | None = None) -> App:
+    app = App(dsn)
+
+    @app.tool(**LEASE, max_attempts=5, backoff=0.05)
+    async def open_case(ctx: Context, title: str, hold: bool = False) -> dict[str, int]:
+        """Open a case at the example case service, exactly once."""
+        async with httpx.AsyncClient(base_url=os.environ["MCP_APP_RECEIVER"], timeout=10) as c:
+            response = await c.post(
+                "/cases", json={"title": title}, auth=ctx.http_auth("open_case")
+            )
+        raise_for_fence(response)
+        response.raise_for_status()
+        ctx.report_progress(1, 2, "case opened")
+        if hold and ctx.attempt == 1:
+            await asyncio.Event().wait()  # the test SIGKILLs this worker here
+        return {"case_id": response.json()["case_id"], "attempt": ctx.attempt}
+
+    @app.tool(**LEASE, max_attempts=1)
+    async def wait_for_cancel(ctx: Context, marker: str) -> str:
+        """Run until cancelled, noting in ``marker`` when it started and stopped."""
+        note(marker, "started")
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            note(marker, "stopped")
+            raise
+        return "never"
+
+    @app.tool(**LEASE, max_attempts=1)
+    async def count(ctx: Context, steps: int, pause: float = 0.3) -> int:
+        """Count to ``steps``, reporting each step."""
+        for step in range(1, steps + 1):
+            await asyncio.sleep(pause)
+            ctx.report_progress(step, steps, f"step {step}")
+        await asyncio.sleep(pause)  # so the last report is written before the commit
+        return steps
+
+    @app.tool(**LEASE, max_attempts=1)
+    def echo(ctx: Context, text: str, seconds: float = 0.0) -> str:
+        """Return ``text`` after ``seconds``."""
+        time.sleep(seconds)
+        return text
+
+    @app.tool(**LEASE, max_attempts=2, backoff=0.05)
+    async def refuse(ctx: Context, reason: str, permanent: bool = True) -> str:
+        """Fail on purpose: permanently (with its reason) or with an unclassified error."""
+        from tenure import PermanentError
+
+        if permanent:
+            raise PermanentError(reason)
+        raise RuntimeError(f"internal detail {reason}")
+
+    return app
+
+
+app = build_app()
