@@ -51,7 +51,7 @@ async def test_each_service_logs_a_failed_round_and_lives_on(
         with caplog.at_level(logging.WARNING):
             async with service:
                 async with service:  # entering twice starts one loop
-                    await wait_until_async(lambda: service.rounds >= 3, timeout=20)
+                    await wait_until_async(lambda s=service: s.rounds >= 3, timeout=20)
         assert service.failures == 1 and len(calls) >= 3, type(service).__name__
         logged = [r for r in caplog.records if service.failed_event in r.getMessage()]
         assert logged, type(service).__name__
