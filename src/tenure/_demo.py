@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ._app import App
+from ._dsn import child_environment, dsn_from_environment
 from ._errors import ConfigError
 from ._store import fresh_database, migrate
 from .examples.case_service import effects_summary
@@ -88,15 +89,15 @@ class _Demo:
         self.dsn = dsn
         self.receiver = receiver
         self.jobs = jobs
-        self.env = {**os.environ, "TENURE_DSN": dsn, "TENURE_DEMO_RECEIVER": receiver.url}
+        self.env = child_environment(dsn, TENURE_DEMO_RECEIVER=receiver.url)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.started = time.monotonic()
         self.notes: list[str] = []
         for _ in range(workers):
             self.spawn()
-        os.environ["TENURE_DSN"] = dsn  # the demo app reads it when first imported
         from ._demo_app import app
 
+        app.set_dsn(dsn)
         self.ops: App = app
 
     def spawn(self) -> str:
@@ -244,12 +245,14 @@ class _Demo:
         self.ops.close()
 
 
-def run_demo(*, jobs: int = 24, workers: int = 3, linger: float = 0.0) -> int:
+def run_demo(
+    *, jobs: int = 24, workers: int = 3, linger: float = 0.0, dsn: str | None = None
+) -> int:
     if not 1 <= jobs <= 1000 or not 2 <= workers <= 16:
         print("tenure: error: demo needs 1-1000 jobs and 2-16 workers", file=sys.stderr)
         return 2
     server = None
-    server_dsn = os.environ.get("TENURE_DSN")
+    server_dsn = dsn or dsn_from_environment()
     if not server_dsn:
         from ._embedded import EmbeddedPostgres
 
@@ -286,7 +289,7 @@ def run_demo(*, jobs: int = 24, workers: int = 3, linger: float = 0.0) -> int:
             server.stop()
 
 
-def run_pipeline_demo(*, runs: int = 6, workers: int = 3) -> int:
+def run_pipeline_demo(*, runs: int = 6, workers: int = 3, dsn: str | None = None) -> int:
     """`tenure demo --pipeline`: ADR 0067's review pipeline under SIGKILL.
 
     The pipeline and the demo live in tenure.examples.review(_demo); this sets up
@@ -298,7 +301,7 @@ def run_pipeline_demo(*, runs: int = 6, workers: int = 3) -> int:
     from .examples.review_demo import ReviewDemo
 
     with contextlib.ExitStack() as cleanup:
-        server_dsn = os.environ.get("TENURE_DSN")
+        server_dsn = dsn or dsn_from_environment()
         if not server_dsn:
             from ._embedded import EmbeddedPostgres
 

@@ -74,6 +74,15 @@ class Event:
 
 Handler = Callable[[Event], None]
 
+
+def _json_from_environment() -> bool:
+    return os.environ.get("TENURE_LOG_FORMAT") == "json"
+
+
+# Whether event lines are JSON objects, as `configure_logging` was told; None until then,
+# when TENURE_LOG_FORMAT says (a program embedding tenure configures its own logging).
+_as_json: bool | None = None
+
 # The attribute of a LogRecord that carries an event's fields (see `emit`), so a
 # formatter can lay the line out itself instead of parsing the message.
 EVENT_FIELDS = "tenure_event"
@@ -193,8 +202,8 @@ def emit(logger: logging.Logger, event: Event) -> None:
         except Exception:
             _handler_errors.exception("telemetry handler %r failed on %s", handler, event.kind)
     if logger.isEnabledFor(event.level):
-        as_json = os.environ.get("TENURE_LOG_FORMAT") == "json"
         record = event.record()
+        as_json = _as_json if _as_json is not None else _json_from_environment()
         logger.log(event.level, format_line(record, as_json=as_json), extra={EVENT_FIELDS: record})
 
 
@@ -248,6 +257,8 @@ def configure_logging(
     logger already has handlers (the program embedding tenure configured logging);
     returns whether it configured.
     """
+    global _as_json
+    _as_json = as_json
     root = logging.getLogger()
     if root.handlers:
         return False

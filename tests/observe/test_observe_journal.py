@@ -14,7 +14,7 @@ from tenure._log import Event
 from tenure._observe._doctor import check_indexes, check_schema, plan_scans
 from tenure._observe._journal import JournalWriter
 from tenure._observe._metrics import DatabaseGauges, ToolLabels
-from tenure._observe._pruner import Pruner, PrunerConfig
+from tenure._observe._pruner import JournalPruner, JournalPrunerConfig
 from tenure._store import EventQuery, Finish, JournalRow, Store
 
 pytestmark = pytest.mark.storage
@@ -136,7 +136,7 @@ def _row(kind: str, age_ms: int) -> JournalRow:
 async def test_pruner_deletes_old_rows_in_bounded_batches(store: Store) -> None:
     await store.record_events([_row("succeeded", 30 * DAY_MS) for _ in range(7)])
     await store.record_events([_row("succeeded", 0) for _ in range(3)])
-    pruner = Pruner(store, PrunerConfig(retention=14 * 86400, batch=3))
+    pruner = JournalPruner(store, JournalPrunerConfig(retention=14 * 86400, batch=3))
     assert await store.count_old_events(pruner.retention_ms, 100) == 7
     batches: list[int] = []
     assert await pruner.run_once(batches.append) == 7

@@ -170,6 +170,7 @@ class Supervisor:
             "PYTHONUNBUFFERED": "1",
         }
         child_env.pop("TENURE_LOG_FORMAT", None)
+        child_env.pop("TENURE_DSN_FILE", None)  # TENURE_DSN is the one
         if faketime is not None:
             # What `faketime -f SPEC` does, minus its fork: the pid we signal is the worker.
             child_env["LD_PRELOAD"] = str(faketime_library())

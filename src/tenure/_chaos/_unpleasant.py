@@ -228,8 +228,6 @@ def run_chaos(
     from .._cli import load_app
 
     began = time.monotonic()
-    if dsn:
-        os.environ["TENURE_DSN"] = dsn  # before the app module builds its App
     loaded = load_app(app_target)
     given = dsn or os.environ.get("TENURE_DSN")
     # The app object may have been built before the DSN was known (a module imported

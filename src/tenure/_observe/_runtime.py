@@ -11,7 +11,7 @@ from .._log import attach, log_event
 from .._store import Store
 from ._events import WRITER_KINDS
 from ._journal import JournalWriter
-from ._pruner import Pruner, PrunerConfig
+from ._pruner import JournalPruner, JournalPrunerConfig
 
 if TYPE_CHECKING:
     from .._app import App
@@ -33,7 +33,7 @@ class TelemetryOptions:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     journal_heartbeats: bool = False
-    pruner: PrunerConfig | None = None
+    pruner: JournalPrunerConfig | None = None
 
 
 class WorkerTelemetry:
@@ -44,7 +44,7 @@ class WorkerTelemetry:
         self._worker = worker
         kinds = WRITER_KINDS | ({"heartbeat_ok"} if options.journal_heartbeats else set())
         self.writer = JournalWriter(store, kinds=kinds, worker=worker)
-        self.pruner = Pruner(store, options.pruner)
+        self.pruner = JournalPruner(store, options.pruner)
         self._metrics_port = options.metrics_port
         self._metrics_host = options.metrics_host
         self._server: ServerThread | None = None

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -32,7 +32,6 @@ from ._rows import (
     ClaimedJob,
     Finish,
     JobStatus,
-    JournalEntry,
     NewJob,
 )
 
@@ -302,9 +301,6 @@ class JobStatements(StoreBase):
             "list_jobs", {"state": state, "tool": tool, "tenant": tenant, "limit": limit}
         )
         return [Job.from_row(row) for row in rows]
-
-    async def job_events(self, job_id: int) -> list[JournalEntry]:
-        return cast(list[JournalEntry], await self._fetch("job_events", {"job_id": job_id}))
 
     async def cancel(self, job_id: int) -> Job | None:
         """Cancel a queued or running job; None when it had already ended."""

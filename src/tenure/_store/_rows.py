@@ -284,13 +284,12 @@ def journal_params(rows: Sequence[JournalRow]) -> dict[str, Any]:
 
 
 class JournalEntry(TypedDict):
-    """One journal row. ``job_id`` is absent from a job's own timeline, ``payload_hmac``
-    from the dashboard's feed."""
+    """One journal row (``payload_hmac`` is absent from the dashboard's feed)."""
 
     id: int
     at: datetime
     kind: str
-    job_id: NotRequired[int | None]
+    job_id: int | None
     token: int | None
     attempt: int | None
     worker: str | None

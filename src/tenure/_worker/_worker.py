@@ -33,7 +33,7 @@ from .._maintenance._rescuer import Rescuer, RescuerConfig
 from .._maintenance._scheduler import Scheduler, SchedulerConfig
 from .._maintenance._service import Service
 from .._maintenance._statistics import StatisticsConfig, StatisticsKeeper
-from .._observe._pruner import PrunerConfig
+from .._observe._pruner import JournalPrunerConfig
 from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
 from .._store import ClaimedJob, Store
@@ -92,7 +92,7 @@ class Worker:
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
         journal_heartbeats: bool = False,
-        pruner: PrunerConfig | None = None,
+        pruner: JournalPrunerConfig | None = None,
         scheduler: SchedulerConfig | None = None,
         job_pruner: JobPrunerConfig | None = None,
         statistics: StatisticsConfig | None = None,

@@ -85,7 +85,6 @@ class DecisionLog:
             log.write(line + "\n")
 
 
-
 def effects_summary(dsn: str) -> tuple[int, int]:
     """(effects applied, idempotency keys applied more than once), read from this
     service's own tables: what a report of exactly-once needs."""
@@ -93,6 +92,7 @@ def effects_summary(dsn: str) -> tuple[int, int]:
         row = conn.execute(QUERIES["effects_summary"]).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
+
 
 def prepare_database(dsn: str) -> None:
     """The fence kit's tables and the example's own, both idempotent."""

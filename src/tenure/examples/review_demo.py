@@ -45,7 +45,9 @@ class ReviewDemo:
         self.app = App(dsn)
         self.tracker = tracker
         self.runs = runs
-        self.env = {**os.environ, "TENURE_DSN": dsn}
+        # The worker processes use this DSN (a DSN file would be a second one: drop it).
+        self.env = {k: v for k, v in os.environ.items() if k != "TENURE_DSN_FILE"}
+        self.env["TENURE_DSN"] = dsn
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.started = time.monotonic()
         self.late_verdict = "not tried"
