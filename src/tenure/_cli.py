@@ -536,7 +536,7 @@ def _worker(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         journal_heartbeats=args.journal_heartbeats,
-        pruner=JournalPrunerConfig(retention=args.journal_retention),
+        journal_pruner=JournalPrunerConfig(retention=args.journal_retention),
         job_pruner=JobPrunerConfig(
             enabled=args.prune_jobs != "off",
             scope="all" if args.prune_jobs == "all" else "tools",

@@ -10,7 +10,8 @@ through `LineFormatter` (see `configure_logging`), which stamps every line
 
 Events carry ids, tokens, codes and durations only — never payloads, results
 or error messages, which may hold personal data. The catalogue of kinds, and
-who emits and journals each, is ``tenure._observe._events.EVENTS``.
+who emits and journals each, is ``tenure.telemetry.EVENTS``; users attach handlers
+through ``tenure.telemetry.attach``.
 """
 
 from __future__ import annotations
@@ -258,10 +259,10 @@ def configure_logging(
     returns whether it configured.
     """
     global _as_json
-    _as_json = as_json
     root = logging.getLogger()
     if root.handlers:
         return False
+    _as_json = as_json
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(LineFormatter(as_json=as_json))
     root.addHandler(handler)

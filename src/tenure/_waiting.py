@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable
 
 from ._errors import JobNotFound, PolicyError, WaitTimeout
-from ._job import TERMINAL_STATES
+from ._states import TERMINAL_STATES
 from ._store import JobStatus, Store
 from ._store._listener import Listener
 

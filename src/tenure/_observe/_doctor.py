@@ -54,6 +54,8 @@ INTENDED_PLANS = {
 
 @dataclass(frozen=True, slots=True)
 class Check:
+    """One finding of the doctor: ``ok``, ``warn``, ``fail`` or ``skip``, and why."""
+
     name: str
     status: Status
     detail: str

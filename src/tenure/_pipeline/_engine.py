@@ -21,8 +21,8 @@ from datetime import timedelta
 from typing import Any
 
 from .._errors import Conflict, IdempotencyConflict, PayloadError, PolicyError, RunNotFound
-from .._job import TERMINAL_STATES
 from .._payload import MAX_PAYLOAD_BYTES, MAX_RESULT_BYTES, encode, fingerprint
+from .._states import has_ended
 from .._store import (
     ClaimedJob,
     Finish,
@@ -67,10 +67,11 @@ class Transitions:
         commit itself, since whoever decided the stage also ended its job.
         """
         run_id = run_of_key(job.idempotency_key)
-        if run_id is None:
-            return None
+        state = finish.state
+        if run_id is None or state == "queued" or state == "waiting":
+            return None  # a retry or a suspension decides no stage
         result = None if finish.result_json is None else json.loads(finish.result_json)
-        outcome = Outcome(finish.state, result, finish.result_json, finish.error)
+        outcome = Outcome(state, result, finish.result_json, finish.error)
         async with self._store.transaction(self._timeout) as tx:
             run = await tx.lock_run(run_id)
             rows = [] if run is None else await tx.stages(run_id)
@@ -252,8 +253,7 @@ def _rescue_step(
             if row.db_now - row.job_finished_at >= resend_after:
                 return "resent", row.job_id
             continue
-        if row.job_state in TERMINAL_STATES:
-            assert row.job_state is not None
+        if has_ended(row.job_state):
             outcome = Outcome(
                 row.job_state, row.job_result, _result_text(row.job_result), row.job_error
             )

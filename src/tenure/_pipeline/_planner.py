@@ -15,6 +15,7 @@ from typing import Any
 
 from .._errors import PayloadError
 from .._payload import MAX_PAYLOAD_BYTES, encode, fingerprint
+from .._states import EndState, RunState, StageKind
 from .._store import NewStage, RunRow, StageRow, Transition
 from ._model import FACTS, OUTBOX_FACTS, Graph, StageSpec, ToolInfo, Verdict
 
@@ -23,7 +24,7 @@ from ._model import FACTS, OUTBOX_FACTS, Graph, StageSpec, ToolInfo, Verdict
 class Outcome:
     """How a stage's job ended: ``succeeded`` (with its result), ``failed`` or ``cancelled``."""
 
-    state: str
+    state: EndState
     result: Any = None
     result_json: str | None = None
     error: dict[str, Any] | None = None
@@ -52,7 +53,7 @@ def _pick(info: ToolInfo, offered: Mapping[str, Any], stage: str) -> dict[str, A
 
 
 def _new_stage(
-    graph: Graph, name: str, round_: int, tool: str, payload: Mapping[str, Any], kind: str
+    graph: Graph, name: str, round_: int, tool: str, payload: Mapping[str, Any], kind: StageKind
 ) -> NewStage:
     try:
         text = encode(dict(payload), f"payload of stage {name!r}", MAX_PAYLOAD_BYTES)
@@ -133,7 +134,7 @@ def _arrive(
 
 
 def _end(
-    base: Transition, state: str, error: dict[str, Any] | None, result: str | None = None
+    base: Transition, state: RunState, error: dict[str, Any] | None, result: str | None = None
 ) -> Transition:
     return replace(
         base,
@@ -232,7 +233,7 @@ def plan_outcome(
         "job": row.job_id,
         "cause": (outcome.error or {}).get("code", outcome.state),
     }
-    run_state = "cancelled" if outcome.state == "cancelled" else "failed"
+    run_state: RunState = "cancelled" if outcome.state == "cancelled" else "failed"
     return _end(replace(base, stage_state=outcome.state), run_state, error)
 
 

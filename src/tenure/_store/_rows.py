@@ -10,6 +10,18 @@ from typing import Any, NotRequired, TypedDict
 
 from psycopg.types.json import Jsonb
 
+from .._states import (
+    EndState,
+    FinishState,
+    JobState,
+    OnTimeout,
+    RunState,
+    StageKind,
+    StageState,
+    TransitionMode,
+    WaitpointState,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class NewJob:
@@ -83,7 +95,7 @@ class Finish:
 
     job_id: int
     token: int
-    state: str
+    state: FinishState
     result_json: str | None = None
     error: dict[str, Any] | None = None
     delay_ms: int = 0
@@ -126,7 +138,7 @@ class JobStatus:
     """The few columns a waiter reads each time it is told to look again."""
 
     id: int
-    state: str
+    state: JobState
     attempt: int
     progress: dict[str, Any] | None
     updated_at: datetime
@@ -172,7 +184,7 @@ class RunRow:
 
     id: int
     pipeline: str
-    state: str
+    state: RunState
     idempotency_key: str
     input: Any
     input_hash: str
@@ -193,8 +205,8 @@ class StageRow:
     run_id: int
     name: str
     round: int
-    kind: str
-    state: str
+    kind: StageKind
+    state: StageState
     arrived: list[str]
     tool: str | None
     job_key: str | None
@@ -206,7 +218,7 @@ class StageRow:
     created_at: datetime
     decided_at: datetime | None
     job_exists: bool
-    job_state: str | None
+    job_state: JobState | None
     job_token: int | None
     job_result: Any
     job_error: dict[str, Any] | None
@@ -220,8 +232,8 @@ class NewStage:
 
     name: str
     round: int
-    kind: str = "stage"
-    state: str = "open"
+    kind: StageKind = "stage"
+    state: StageState = "open"
     arrived: tuple[str, ...] = ()
     tool: str | None = None
     payload_json: str | None = None
@@ -241,20 +253,20 @@ class Transition:
     """
 
     run_id: int
-    mode: str = "none"
+    mode: TransitionMode = "none"
     stage_id: int | None = None
     stage_name: str | None = None
     job_id: int | None = None
     token: int | None = None
     owner: str | None = None
-    expect_state: str | None = None
-    job_state: str | None = None
+    expect_state: JobState | None = None
+    job_state: EndState | None = None
     result_json: str | None = None
     error: dict[str, Any] | None = None
-    stage_state: str | None = None
+    stage_state: StageState | None = None
     decision: str | None = None
     context_json: str | None = None
-    run_state: str | None = None
+    run_state: RunState | None = None
     run_result_json: str | None = None
     run_error: dict[str, Any] | None = None
     new: tuple[NewStage, ...] = ()
@@ -305,7 +317,7 @@ class JobDetail(TypedDict):
 
     id: int
     tool: str
-    state: str
+    state: JobState
     idempotency_key: str
     attempt: int
     max_attempts: int
@@ -372,8 +384,8 @@ class OpenWaitpointRow(TypedDict):
 
 class JobWaitpoint(TypedDict):
     name: str
-    state: str
-    on_timeout: str
+    state: WaitpointState
+    on_timeout: OnTimeout
     deadline: datetime
     request: Any
     created_at: datetime
@@ -400,7 +412,7 @@ class JournalCount(TypedDict):
 class RunSummary(TypedDict):
     run_id: int
     pipeline: str
-    state: str
+    state: RunState
     updated_at: datetime
     stages: list[dict[str, Any]]
 

@@ -36,6 +36,7 @@ from .._log import log_event
 from .._payload import MAX_RESULT_BYTES, encode
 from .._pipeline._model import Verdict
 from .._registry import ToolSpec
+from .._states import StopReason
 from .._store import ClaimedJob, Finish, OpenWaitpoint
 from .._waitpoint import Suspend, token_hash
 
@@ -63,7 +64,7 @@ class Abandoned:
 class Stopped:
     """Why the worker stopped a call: ``lease_lost``, ``cancelled`` or ``shutdown``."""
 
-    reason: str
+    reason: StopReason
 
 
 def _deliver(

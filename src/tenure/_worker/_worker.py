@@ -36,8 +36,7 @@ from .._maintenance._statistics import StatisticsConfig, StatisticsKeeper
 from .._observe._pruner import JournalPrunerConfig
 from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
-from .._store import ClaimedJob, Store
-from .._store._listener import Listener
+from .._store import ClaimedJob, Listener, Store
 from ._completer import Completer
 from ._executor import Abandoned, Executor, Stopped
 from ._heartbeat import HeartbeatThread, Held
@@ -77,7 +76,20 @@ def default_worker_name() -> str:
 
 
 class Worker:
-    """Runs the tools registered on an App. Create it with ``app.worker(...)``."""
+    """Runs the tools registered on an App. Create it with ``app.worker(...)``.
+
+    ``concurrency`` calls at once, claimed ``claim_batch`` at a time; ``poll_interval``
+    is how often it looks for work when no notification woke it; ``grace`` is how long
+    a stopping worker lets running calls finish. ``name`` is what the journal and the
+    dashboard call it (host:pid:random by default). ``metrics_port`` serves /metrics on
+    ``metrics_host`` (loopback unless told otherwise); ``journal_heartbeats`` journals
+    every lease extension, not only losses.
+
+    Each maintenance service takes its config, with defaults: ``rescuer``
+    (`RescuerConfig`: expired leases, stuck runs, waitpoint deadlines),
+    ``journal_pruner`` (`JournalPrunerConfig`), ``job_pruner`` (`JobPrunerConfig`),
+    ``scheduler`` (`SchedulerConfig`) and ``statistics`` (`StatisticsConfig`).
+    """
 
     def __init__(
         self,
@@ -92,7 +104,7 @@ class Worker:
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
         journal_heartbeats: bool = False,
-        pruner: JournalPrunerConfig | None = None,
+        journal_pruner: JournalPrunerConfig | None = None,
         scheduler: SchedulerConfig | None = None,
         job_pruner: JobPrunerConfig | None = None,
         statistics: StatisticsConfig | None = None,
@@ -115,7 +127,9 @@ class Worker:
         self.claim_batch = claim_batch
         self.poll_interval = poll_interval
         self.grace = grace
-        self._telemetry = TelemetryOptions(metrics_port, metrics_host, journal_heartbeats, pruner)
+        self._telemetry = TelemetryOptions(
+            metrics_port, metrics_host, journal_heartbeats, journal_pruner
+        )
         self.metrics_url: str | None = None
         self._rescuer_config = rescuer or RescuerConfig(
             interval=min(1.0, min(t.policy.lease.lease for t in app.tools.values()) / 2)

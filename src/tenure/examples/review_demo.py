@@ -19,11 +19,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
-from .._app import App
-from .._errors import Conflict
-from .._job import Job
-from .._pipeline._model import Run, Verdict
-from .review import review
+from tenure import App, Conflict, Job, Run, Verdict
+from tenure.examples.review import review
 
 
 class Tracker(Protocol):
