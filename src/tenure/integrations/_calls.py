@@ -14,13 +14,22 @@ receiver's answer or a customer's data, and never a traceback.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._app import MAX_KEY_LENGTH, App
-from .._errors import JobCancelled, JobFailed, PayloadError, PolicyError, WaitTimeout
+from .._errors import (
+    JobCancelled,
+    JobFailed,
+    PayloadError,
+    PolicyError,
+    UnknownTool,
+    WaitTimeout,
+)
 from .._job import Job
 
+MAX_DEFER = 24 * 3600.0
 MAX_ID_LENGTH = 200  # conversation and call ids kept readable in keys up to this length
 
 
@@ -40,6 +49,27 @@ def call_key(framework: str, conversation: str | None, call_id: str | None) -> s
     key = ":".join(parts)
     assert len(key) <= MAX_KEY_LENGTH
     return key
+
+
+def offered(app: App, tools: Sequence[str] | None) -> list[str]:
+    """The names of the app's tools to offer a model: ``tools`` (checked), else all."""
+    names = sorted(app.tools) if tools is None else list(dict.fromkeys(tools))
+    for name in names:
+        if name not in app.tools:
+            known = ", ".join(sorted(app.tools)) or "none"
+            raise UnknownTool(f"unknown tool {name!r} (registered: {known})")
+    return names
+
+
+def check_defer_after(value: Any) -> float | None:
+    """None (wait as long as the job takes) or seconds in [0, MAX_DEFER]."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_DEFER:
+        raise PolicyError(
+            f"defer_after must be None or seconds in [0, {MAX_DEFER:g}], got {value!r}"
+        )
+    return float(value)
 
 
 class Deferred(Exception):

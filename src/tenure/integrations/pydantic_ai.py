@@ -30,8 +30,17 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDef
 from pydantic_core import SchemaValidator, core_schema
 
 from .._app import App
-from .._errors import JobCancelled, JobFailed, PayloadError, PolicyError, UnknownTool
-from ._calls import Deferred, Failure, call_key, failure, run_call, settle
+from .._errors import JobCancelled, JobFailed, PayloadError, PolicyError
+from ._calls import (
+    Deferred,
+    Failure,
+    call_key,
+    check_defer_after,
+    failure,
+    offered,
+    run_call,
+    settle,
+)
 
 __all__ = ["TenureToolset"]
 
@@ -65,27 +74,11 @@ class TenureToolset(AbstractToolset[Any]):
         max_retries: int = 1,
         id: str = "tenure",
     ) -> None:
-        names = sorted(app.tools) if tools is None else list(dict.fromkeys(tools))
-        for name in names:
-            if name not in app.tools:
-                known = ", ".join(sorted(app.tools)) or "none"
-                raise UnknownTool(f"unknown tool {name!r} (registered: {known})")
-        if defer_after is not None and (
-            isinstance(defer_after, bool)
-            or not isinstance(defer_after, int | float)
-            or not 0 <= defer_after <= 24 * 3600
-        ):
-            raise PolicyError(
-                f"defer_after must be None or seconds in [0, 86400], got {defer_after!r}"
-            )
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise PolicyError(f"max_retries must be a non-negative int, got {max_retries!r}")
-        self.app = app
-        self.defer_after = None if defer_after is None else float(defer_after)
-        self.max_retries = max_retries
-        self._tenant = tenant
-        self._id = id
-        self._defs = [_definition(app.tool_schema(name)) for name in names]
+        self._defs = [_definition(app.tool_schema(name)) for name in offered(app, tools)]
+        self.app, self.max_retries, self._tenant, self._id = app, max_retries, tenant, id
+        self.defer_after = check_defer_after(defer_after)
 
     @property
     def id(self) -> str:

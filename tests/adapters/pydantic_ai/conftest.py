@@ -1,54 +1,11 @@
-"""Fixtures of the pydantic-ai adapter tests: the ledger's tools on a fresh schema.
+"""Fixtures of the pydantic-ai adapter tests (see ledger_fixtures)."""
 
-Without the extra the tests skip, with that reason; CI installs it (the ``test``
-extra includes it), so there a missing framework is an error, not a skip.
-"""
+from tests.adapters.pydantic_ai.ledger_fixtures import (  # noqa: F401 - fixtures
+    app,
+    ledger,
+    require_in_ci,
+    worker,
+    workers,
+)
 
-from __future__ import annotations
-
-import asyncio
-import importlib.util
-import os
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-
-import pytest
-from tests.adapters.pydantic_ai.ledger_app import build_app, prepare
-from tests.support.workers import WorkerGroup
-
-from tenure import App
-
-if importlib.util.find_spec("pydantic_ai") is None and os.environ.get("CI"):
-    raise RuntimeError("CI installs the pydantic-ai extra ('.[test]' includes it); it is missing")
-
-
-@pytest.fixture
-def ledger(tenure_dsn: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """tenure's schema with the ledger's tables; ``LEDGER_DSN`` names it (for the tools)."""
-    monkeypatch.setenv("LEDGER_DSN", tenure_dsn)
-    prepare(tenure_dsn)
-    return tenure_dsn
-
-
-@pytest.fixture
-async def app(ledger: str) -> AsyncIterator[App]:
-    app = build_app(ledger)
-    yield app
-    await app.aclose()
-
-
-@pytest.fixture
-async def worker(app: App) -> AsyncIterator[None]:
-    """An in-process worker for the ledger's tools."""
-    worker = app.worker(poll_interval=0.05, grace=1.0)
-    running = asyncio.create_task(worker.run(handle_signals=False))
-    yield
-    worker.stop()
-    await running
-
-
-@pytest.fixture
-def workers(ledger: str, tmp_path: Path) -> Iterator[WorkerGroup]:
-    """Worker processes of the ledger's tools; all gone after the test."""
-    with WorkerGroup(ledger, tmp_path, app="tests.adapters.pydantic_ai.ledger_app:app") as group:
-        yield group
+require_in_ci("pydantic_ai", "pydantic-ai")

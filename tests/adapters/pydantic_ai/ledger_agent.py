@@ -22,14 +22,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 from pydantic_ai import Agent
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelMessagesTypeAdapter,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-)
+from pydantic_ai import messages as msg
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import DeferredToolRequests
 from tests.adapters.pydantic_ai.ledger_app import build_app
@@ -41,32 +34,34 @@ REQUESTS = TypeAdapter(DeferredToolRequests)
 
 
 def ledger_model(account: str, cents: int) -> FunctionModel:
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    def respond(messages: list[msg.ModelMessage], info: AgentInfo) -> msg.ModelResponse:
         for part in messages[-1].parts:
-            if isinstance(part, ToolReturnPart):
-                return ModelResponse(
-                    parts=[TextPart(f"posted {json.dumps(part.content, sort_keys=True)}")]
+            if isinstance(part, msg.ToolReturnPart):
+                return msg.ModelResponse(
+                    parts=[msg.TextPart(f"posted {json.dumps(part.content, sort_keys=True)}")]
                 )
-        call = ToolCallPart(
+        call = msg.ToolCallPart(
             "post_entry", {"account": account, "cents": cents}, tool_call_id=f"call-{uuid.uuid4()}"
         )
-        return ModelResponse(parts=[call])
+        return msg.ModelResponse(parts=[call])
 
     return FunctionModel(respond)
 
 
-def scripted(*calls: tuple[str, dict[str, Any]]) -> tuple[FunctionModel, list[ToolReturnPart]]:
+def scripted(*calls: tuple[str, dict[str, Any]]) -> tuple[FunctionModel, list[msg.ToolReturnPart]]:
     """A model that makes ``calls`` one after the other (each a new tool call id), then says
     done; the returns it was sent are collected in the list."""
-    seen: list[ToolReturnPart] = []
+    seen: list[msg.ToolReturnPart] = []
 
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        seen.extend(p for p in messages[-1].parts if isinstance(p, ToolReturnPart))
-        step = sum(isinstance(m, ModelResponse) for m in messages)
+    def respond(messages: list[msg.ModelMessage], info: AgentInfo) -> msg.ModelResponse:
+        seen.extend(p for p in messages[-1].parts if isinstance(p, msg.ToolReturnPart))
+        step = sum(isinstance(m, msg.ModelResponse) for m in messages)
         if step < len(calls):
             name, args = calls[step]
-            return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=f"call-{step}")])
-        return ModelResponse(parts=[TextPart("done")])
+            return msg.ModelResponse(
+                parts=[msg.ToolCallPart(name, args, tool_call_id=f"call-{step}")]
+            )
+        return msg.ModelResponse(parts=[msg.TextPart("done")])
 
     return FunctionModel(respond), seen
 
@@ -87,8 +82,8 @@ def save(path: Path, data: bytes) -> None:
     os.replace(partial, path)
 
 
-def load_history(path: Path) -> list[ModelMessage]:
-    return ModelMessagesTypeAdapter.validate_json(path.read_bytes())
+def load_history(path: Path) -> list[msg.ModelMessage]:
+    return msg.ModelMessagesTypeAdapter.validate_json(path.read_bytes())
 
 
 async def main() -> None:
@@ -103,7 +98,7 @@ async def main() -> None:
     agent, _ = ledger_agent(app, args.account, args.cents, args.defer_after)
     async with agent.iter("post it", conversation_id=args.conversation) as run:
         async for _node in run:
-            save(args.history, ModelMessagesTypeAdapter.dump_json(run.all_messages()))
+            save(args.history, msg.ModelMessagesTypeAdapter.dump_json(run.all_messages()))
     assert run.result is not None
     output = run.result.output
     text = REQUESTS.dump_json(output) if isinstance(output, DeferredToolRequests) else output

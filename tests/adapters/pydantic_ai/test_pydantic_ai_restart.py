@@ -9,7 +9,6 @@ in a real table by the tool itself.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ pytest.importorskip("pydantic_ai", reason="needs the extra: pip install -e '.[py
 from pydantic_ai.messages import ModelResponse
 from tests.adapters.pydantic_ai.ledger_agent import REQUESTS, ledger_agent, load_history
 from tests.adapters.pydantic_ai.ledger_app import executions, open_gate
-from tests.support.waiting import wait_until
+from tests.adapters.pydantic_ai.ledger_fixtures import kill_when
 from tests.support.workers import REPO_ROOT, WorkerGroup
 
 from tenure import App
@@ -60,19 +59,11 @@ async def test_an_agent_killed_mid_call_finds_its_job_again(
     workers.spawn("w1").wait_started()
     history = tmp_path / "history.json"
     agent_proc = start_agent(app.dsn, history, "acct-k")
-    try:
-        wait_until(
-            lambda: executions(app.dsn, "acct-k") and pending_call_id(history),
-            timeout=30,
-            interval=0.02,
-            message="the agent never got its tool call running",
-        )
-        agent_proc.send_signal(signal.SIGKILL)  # in the middle of the call
-        assert agent_proc.wait(10) == -signal.SIGKILL
-    finally:
-        if agent_proc.poll() is None:
-            agent_proc.kill()
-            agent_proc.wait()
+    kill_when(  # in the middle of the call
+        agent_proc,
+        lambda: executions(app.dsn, "acct-k") and pending_call_id(history),
+        "the agent never got its tool call running",
+    )
     call_id = pending_call_id(history)
     ((job_id, _),) = executions(app.dsn, "acct-k")
 
