@@ -45,7 +45,9 @@ def call_key(framework: str, conversation: str | None, call_id: str | None) -> s
         if len(text) <= MAX_ID_LENGTH and text.isprintable() and ":" not in text:
             parts.append(text)
         else:
-            parts.append("sha256-" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest())
+            parts.append(
+                "sha256-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+            )
     key = ":".join(parts)
     assert len(key) <= MAX_KEY_LENGTH
     return key
