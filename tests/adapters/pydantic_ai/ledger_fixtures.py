@@ -12,7 +12,6 @@ import importlib.util
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -22,8 +21,6 @@ from tests.support.waiting import wait_until
 from tests.support.workers import WorkerGroup
 
 from tenure import App
-
-CLOSE_TIMEOUT = 15.0
 
 
 def kill_when(proc: subprocess.Popen[bytes], ready: Callable[[], object], what: str) -> None:
@@ -55,15 +52,7 @@ def ledger(tenure_dsn: str, monkeypatch: pytest.MonkeyPatch) -> str:
 async def app(ledger: str) -> AsyncIterator[App]:
     app = build_app(ledger)
     yield app
-    # Closed from a task of its own, and bounded. Awaited directly in pytest-asyncio's
-    # finalizer, aclose() sometimes never returned: the Waiters' LISTEN reader task
-    # (tenure._store._listener) stayed pending after its cancel, in about one run in
-    # three after the tests with worker processes. From its own task it has not hung
-    # in 15 runs; the cause is not understood yet (reported with the task dump).
-    closing = asyncio.ensure_future(app.aclose())
-    done, _ = await asyncio.wait([closing], timeout=CLOSE_TIMEOUT)
-    if not done:
-        print(f"app.aclose() did not return within {CLOSE_TIMEOUT:g} s", file=sys.stderr)
+    await app.aclose()
 
 
 @pytest.fixture
