@@ -3,6 +3,9 @@
 A fixed ``sleep`` is either too short on a loaded CI machine (flaky) or too long
 everywhere else (slow). Polling returns as soon as the condition holds and fails
 loudly, with a message saying what never happened, when it does not.
+
+`wait_until` is the harness's `tenure._chaos._harness.wait_for`, failing the test
+(AssertionError) instead of raising TimeoutError.
 """
 
 from __future__ import annotations
@@ -11,11 +14,9 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from tenure._chaos._harness import wait_for
+
 __all__ = ["wait_until", "wait_until_async"]
-
-
-def _failure(message: str, timeout: float) -> AssertionError:
-    return AssertionError(f"{message or 'condition not met'} (waited {timeout:.2f}s)")
 
 
 def wait_until(
@@ -31,13 +32,7 @@ def wait_until(
     Do not use it inside a coroutine whose own loop must make progress for the
     predicate to become true: use :func:`wait_until_async` there.
     """
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            if predicate():
-                return
-            raise _failure(message, timeout)
-        time.sleep(interval)
+    wait_for(predicate, timeout, message or "condition not met", interval, error=AssertionError)
 
 
 async def wait_until_async(
@@ -52,5 +47,5 @@ async def wait_until_async(
         if time.monotonic() >= deadline:
             if predicate():
                 return
-            raise _failure(message, timeout)
+            raise AssertionError(f"{message or 'condition not met'} (waited {timeout:.2f} s)")
         await asyncio.sleep(interval)
