@@ -11,6 +11,7 @@ loudly, with a message saying what never happened, when it does not.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable
 
@@ -41,11 +42,22 @@ async def wait_until_async(
     interval: float = 0.01,
     message: str = "",
 ) -> None:
-    """Like :func:`wait_until`, but yields to the running event loop between polls."""
+    """Like :func:`wait_until`, but yields to the running event loop between polls.
+
+    ``predicate`` may be a coroutine function (or return any awaitable): what it
+    returns is awaited, so a condition that needs the database is one line.
+    """
+
+    async def holds() -> bool:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        return bool(value)
+
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not await holds():
         if time.monotonic() >= deadline:
-            if predicate():
+            if await holds():
                 return
             raise AssertionError(f"{message or 'condition not met'} (waited {timeout:.2f} s)")
         await asyncio.sleep(interval)
