@@ -257,7 +257,7 @@ class Workers(Generic[W]):
             "TENURE_DSN": target,
             "PYTHONUNBUFFERED": "1",
         }
-        child_env.pop("TENURE_LOG_FORMAT", None)  # tests parse key=value lines
+        child_env.pop("TENURE_LOG_FORMAT", None)  # logs are read as key=value lines
         log_path = self.workdir / f"worker-{name}.log"
         log = log_path.open(self.log_mode)  # closed by close()
         self._files.append(log)
@@ -317,7 +317,6 @@ class Workers(Generic[W]):
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
 
 
 class Supervisor(Workers[WorkerHandle]):
