@@ -45,7 +45,7 @@ from psycopg.rows import dict_row
 from .._store._store import QUERIES
 from ._harness import Supervisor, wait_for
 from ._history import read_history
-from ._proxy import ChaosProxy
+from ._proxy import FaultProxy
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -162,7 +162,7 @@ def first_request(raw: bytes) -> bytes:
     return head + sep + rest[:length]
 
 
-def exchange(proxy: ChaosProxy) -> HttpExchange | None:
+def exchange(proxy: FaultProxy) -> HttpExchange | None:
     """The first request through ``proxy`` that got an answer (or the first one at all)."""
     found = None
     for sent, received in proxy.transcripts:
@@ -253,15 +253,15 @@ def run_chaos(
         workdir = temp
     cut = threading.Event()
     supervisor = Supervisor(target, workdir, app_target, concurrency=1, poll_interval=0.1, cwd=cwd)
-    proxies: list[ChaosProxy] = []
+    proxies: list[FaultProxy] = []
 
     def receiver_proxy(name: str, hook: Callable[[], None] | None) -> str:
-        proxy = ChaosProxy(url.hostname or "", port, name=name, record=True, on_first_request=hook)
+        proxy = FaultProxy(url.hostname or "", port, name=name, record=True, on_first_request=hook)
         proxies.append(proxy.start())
         return f"http://{proxy.host}:{proxy.port}{url.path.rstrip('/')}"
 
     try:
-        w1_db: list[ChaosProxy] = []
+        w1_db: list[FaultProxy] = []
 
         def cut_w1() -> None:
             w1_db[0].set_mode("blackhole")
