@@ -31,7 +31,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tenure._chaos._storm import StormPlan, run_storm  # noqa: E402
+from tests.support.storm.storm import StormPlan, run_storm  # noqa: E402
+
 from tenure._embedded import EmbeddedPostgres  # noqa: E402
 from tenure._store import migrate  # noqa: E402
 

@@ -979,6 +979,13 @@ class App:
     wait_run_sync = _blocking(wait_run)
     record_verdict_sync = _blocking(record_verdict)
     dispatch_plan_sync = _blocking(dispatch_plan)
+    verify_schema_sync = _blocking(verify_schema)
+    job_detail_sync = _blocking(job_detail)
+    job_waitpoints_sync = _blocking(job_waitpoints)
+    find_events_sync = _blocking(find_events)
+    prune_journal_sync = _blocking(prune_journal)
+    doctor_sync = _blocking(doctor)
+    database_time_sync = _blocking(database_time)
 
 
 async def _poll(probe: Callable[[], Awaitable[tuple[bool, Any]]], timeout: float, what: str) -> Any:

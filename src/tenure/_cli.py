@@ -793,6 +793,9 @@ def _parser() -> argparse.ArgumentParser:
         "--runs", type=integer(1, 200), default=6, help="pipeline runs (with --pipeline)"
     )
     demo.add_argument(
+        "--agent", action="store_true", help="a pydantic-ai agent's tool call under SIGKILL instead"
+    )
+    demo.add_argument(
         "--linger",
         type=number(0, DAY),
         default=0.0,
@@ -828,8 +831,10 @@ def _run(args: argparse.Namespace) -> int:
         _check_chaos(args)
         return chaos_command(args)
     if args.command == "demo":
-        from ._demo import run_demo, run_pipeline_demo
+        from ._demo import run_agent_demo, run_demo, run_pipeline_demo
 
+        if args.agent:
+            return run_agent_demo(workers=args.workers, dsn=args.dsn)
         if args.pipeline:
             return run_pipeline_demo(runs=args.runs, workers=args.workers, dsn=args.dsn)
         return run_demo(jobs=args.jobs, workers=args.workers, linger=args.linger, dsn=args.dsn)

@@ -9,7 +9,9 @@ committed must be 0.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import random
@@ -18,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -26,6 +29,7 @@ from pathlib import Path
 from ._app import App
 from ._dsn import child_environment, dsn_from_environment
 from ._errors import ConfigError
+from ._job import Job
 from ._store import fresh_database, migrate
 from .examples.case_service import effects_summary
 
@@ -251,42 +255,22 @@ def run_demo(
     if not 1 <= jobs <= 1000 or not 2 <= workers <= 16:
         print("tenure: error: demo needs 1-1000 jobs and 2-16 workers", file=sys.stderr)
         return 2
-    server = None
-    server_dsn = dsn or dsn_from_environment()
-    if not server_dsn:
-        from ._embedded import EmbeddedPostgres
+    from ._observe._dashboard import serve_dashboard
 
-        server = EmbeddedPostgres()
-        server_dsn = server.start()
-        print(f"embedded PostgreSQL started ({server_dsn})", flush=True)
-    scratch = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
-    dashboard = None
-    try:
-        dsn = fresh_database(server_dsn, DEMO_DB)
-        migrate(dsn)
-        from ._observe._dashboard import serve_dashboard
-
+    with contextlib.ExitStack() as cleanup:
+        dsn, receiver, _ = _setting(cleanup, dsn, DEMO_DB, RECEIVER_DB, "receiver")
         dashboard = serve_dashboard(dsn, poll_interval=0.5)  # loopback, free port, read-only
+        cleanup.callback(dashboard.stop)
         print(f"dashboard (live while the demo runs): {dashboard.url}", flush=True)
-        receiver = _Receiver(fresh_database(server_dsn, RECEIVER_DB), scratch / "decisions.jsonl")
-        print(f"example case service listening at {receiver.url}", flush=True)
+        demo = _Demo(dsn, receiver, jobs, workers)
         try:
-            demo = _Demo(dsn, receiver, jobs, workers)
-            try:
-                return demo.run()
-            finally:
-                demo.close()
-                if linger > 0:  # let a human look at the dashboard after the report
-                    print(f"dashboard stays up for {linger:g} s at {dashboard.url}", flush=True)
-                    time.sleep(linger)
+            return demo.run()
         finally:
-            receiver.close()
-    finally:
-        if dashboard is not None:
-            dashboard.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
-        if server is not None:
-            server.stop()
+            demo.close()
+            if linger > 0:  # let a human look at the dashboard after the report
+                print(f"dashboard stays up for {linger:g} s at {dashboard.url}", flush=True)
+                time.sleep(linger)
+    return 1  # unreachable; mypy cannot see that ExitStack does not swallow
 
 
 def run_pipeline_demo(*, runs: int = 6, workers: int = 3, dsn: str | None = None) -> int:
@@ -301,22 +285,128 @@ def run_pipeline_demo(*, runs: int = 6, workers: int = 3, dsn: str | None = None
     from .examples.review_demo import ReviewDemo
 
     with contextlib.ExitStack() as cleanup:
-        server_dsn = dsn or dsn_from_environment()
-        if not server_dsn:
-            from ._embedded import EmbeddedPostgres
-
-            embedded = EmbeddedPostgres()
-            cleanup.callback(embedded.stop)
-            server_dsn = embedded.start()
-            print(f"embedded PostgreSQL started ({server_dsn})", flush=True)
-        scratch = Path(tempfile.mkdtemp(prefix="tenure-pipeline-demo-"))
-        cleanup.callback(shutil.rmtree, scratch, ignore_errors=True)
-        dsn = fresh_database(server_dsn, PIPELINE_DEMO_DB)
-        migrate(dsn)
-        tracker = _Receiver(fresh_database(server_dsn, TRACKER_DB), scratch / "decisions.jsonl")
-        cleanup.callback(tracker.close)
-        print(f"tracker (example case service) listening at {tracker.url}", flush=True)
+        dsn, tracker, _ = _setting(cleanup, dsn, PIPELINE_DEMO_DB, TRACKER_DB, "tracker")
         demo = ReviewDemo(dsn, tracker, runs, workers)
         cleanup.callback(demo.close)
         return demo.run()
     return 1  # unreachable; mypy cannot see that ExitStack does not swallow
+
+
+def _setting(
+    cleanup: contextlib.ExitStack,
+    server_dsn: str | None,
+    database: str,
+    receiver_database: str,
+    role: str,
+) -> tuple[str, _Receiver, Path]:
+    """A fresh migrated ``database`` (on the given server, else TENURE_DSN's, else an
+    embedded one), the example case service on a fresh ``receiver_database``, and a
+    scratch directory; all cleaned up with ``cleanup``."""
+    server_dsn = server_dsn or dsn_from_environment()
+    if not server_dsn:
+        from ._embedded import EmbeddedPostgres
+
+        embedded = EmbeddedPostgres()
+        cleanup.callback(embedded.stop)
+        server_dsn = embedded.start()
+        print(f"embedded PostgreSQL started ({server_dsn})", flush=True)
+    scratch = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
+    cleanup.callback(shutil.rmtree, scratch, ignore_errors=True)
+    dsn = fresh_database(server_dsn, database)
+    migrate(dsn)
+    receiver = _Receiver(fresh_database(server_dsn, receiver_database), scratch / "decisions.jsonl")
+    cleanup.callback(receiver.close)
+    print(f"{role} (example case service) listening at {receiver.url}", flush=True)
+    return dsn, receiver, scratch
+
+
+def run_agent_demo(*, workers: int = 3, dsn: str | None = None) -> int:
+    """`tenure demo --agent`: the pydantic-ai agent of tenure.examples.agent, whose tool call
+    outlives a worker SIGKILLed in the middle of it; needs the pydantic-ai extra."""
+    if not 2 <= workers <= 16:
+        print("tenure: error: the agent demo needs 2-16 workers", file=sys.stderr)
+        return 2
+    if importlib.util.find_spec("pydantic_ai") is None:
+        print(
+            "tenure: error: demo --agent needs: pip install 'tenure[pydantic-ai]'", file=sys.stderr
+        )
+        return 2
+    with contextlib.ExitStack() as cleanup:
+        dsn, receiver, scratch = _setting(cleanup, dsn, DEMO_DB, RECEIVER_DB, "receiver")
+        demo = _AgentDemo(dsn, receiver, scratch / "conversation.json", workers)
+        cleanup.callback(demo.close)
+        return demo.run()
+    return 1  # unreachable; mypy cannot see that ExitStack does not swallow
+
+
+class _AgentDemo(_Demo):
+    """The demo's workers and receiver, with one agent conversation instead of a batch.
+
+    The agent (tenure.examples.agent) runs on its own event loop in a thread, as an agent
+    service's request handler would; the demo SIGKILLs the worker that holds its call.
+    """
+
+    CONVERSATION = "chat-demo-1"
+
+    def __init__(self, dsn: str, receiver: _Receiver, history: Path, workers: int) -> None:
+        super().__init__(dsn, receiver, 0, workers)
+        self.history = history
+        self.answers: list[str] = []
+        self.failure: BaseException | None = None
+
+    def calls(self) -> list[Job]:
+        return self.ops.list_jobs_sync(tool="create_case")
+
+    def held(self) -> list[Job]:
+        return [j for j in self.calls() if j.state == "running" and j.owner in self.procs]
+
+    def converse(self) -> None:
+        from .examples.agent import build_agent, converse
+
+        async def talk() -> None:
+            try:
+                agent = build_agent(self.ops)
+                self.answers.append(await converse(agent, self.CONVERSATION, self.history))
+            finally:
+                await self.ops.aclose()
+
+        try:
+            asyncio.run(talk())
+        except Exception as exc:  # reported below, not lost in a thread
+            self.failure = exc
+
+    def run(self) -> int:
+        self.say(f"conversation {self.CONVERSATION}: the agent is asked about an invoice")
+        agent = threading.Thread(target=self.converse, name="agent", daemon=True)
+        agent.start()
+        if self.poll("a worker to hold the agent's tool call", lambda: bool(self.held()), 20):
+            job = self.held()[0]
+            self.say(f"the agent called create_case: job {job.id}, key {job.idempotency_key}")
+            self.procs[job.owner or ""].send_signal(signal.SIGKILL)
+            self.say(f"SIGKILL {job.owner} in the middle of the call (attempt {job.attempt})")
+            self.say(f"started {self.spawn()}; the call is taken over once its lease expires")
+        agent.join(DEADLINE)
+        return self.report()
+
+    def report(self) -> int:
+        jobs = self.calls()
+        applied, doubled = self.receiver.effects()
+        job = jobs[0] if len(jobs) == 1 else None
+        lines = [
+            ("answers the agent gave", len(self.answers)),
+            ("its answer", self.answers[0] if self.answers else f"none ({self.failure!r})"),
+            ("jobs for its tool call", len(jobs)),
+            ("that job", f"{job.state}, attempt {job.attempt}" if job else "-"),
+            ("cases the receiver opened", applied),
+            ("duplicate side effects applied", doubled),
+        ]
+        print("\n== tenure demo --agent report ==")
+        for label, value in lines:
+            print(f"  {label:<34} {value}")
+        ok = len(self.answers) == 1 and job is not None and job.state == "succeeded"
+        ok = ok and applied == 1 and doubled == 0
+        print(
+            "  verdict: "
+            + ("the agent got one answer, the receiver saw one effect" if ok else "NOT OK")
+        )
+        return 0 if ok else 1

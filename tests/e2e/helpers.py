@@ -17,9 +17,10 @@ import psycopg
 from psycopg.rows import dict_row
 from tests.apps.fence_app import commands_path, notes_path
 from tests.fence.helpers import Receiver
-from tests.support.proxy import FaultProxy
 from tests.support.waiting import wait_until
 from tests.support.workers import WorkerProcess
+
+from tenure._chaos._proxy import FaultProxy
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 WAIT = 20.0  # generous: a reclaim needs a lease (1.5 s) plus a poll

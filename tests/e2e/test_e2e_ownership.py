@@ -34,11 +34,11 @@ from tests.e2e.helpers import (
     worker_env,
 )
 from tests.fence.helpers import Receivers
-from tests.support.proxy import rewrite_dsn
 from tests.support.waiting import wait_until
 from tests.support.workers import WorkerGroup, WorkerProcess
 
 from tenure import App
+from tenure._chaos._proxy import rewrite_dsn
 
 pytestmark = pytest.mark.storage
 

@@ -53,11 +53,11 @@ from tests.e2e.helpers import (
     worker_env,
 )
 from tests.fence.helpers import Receiver, Receivers
-from tests.support.proxy import FaultProxy, rewrite_dsn
 from tests.support.waiting import wait_until
 from tests.support.workers import Journal, WorkerGroup, WorkerProcess, wait_job
 
 from tenure import App
+from tenure._chaos._proxy import FaultProxy, rewrite_dsn
 from tenure.fence import fence_headers
 
 pytestmark = pytest.mark.storage

@@ -21,11 +21,11 @@ from typing import Any
 import psycopg
 import pytest
 from tests.apps.fault_app import BACKOFF, HEARTBEAT, LEASE, LONG_LIMIT
-from tests.support.proxy import FaultProxy, rewrite_dsn
 from tests.support.waiting import wait_until
 from tests.support.workers import Journal, WorkerGroup, WorkerProcess, wait_job
 
 from tenure import App
+from tenure._chaos._proxy import FaultProxy, rewrite_dsn
 from tenure._store import QUERIES
 
 pytestmark = pytest.mark.storage

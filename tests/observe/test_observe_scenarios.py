@@ -17,11 +17,11 @@ from tests.e2e.helpers import pg_proxy
 from tests.observe.conftest import JOURNAL_KEY
 from tests.observe.helpers import Receiver, scrape, value, wait_done, wait_events
 from tests.observe.observe_app import LEASE
-from tests.support.proxy import rewrite_dsn
 from tests.support.waiting import wait_until
 from tests.support.workers import Journal, WorkerGroup, wait_job
 
 from tenure import App
+from tenure._chaos._proxy import rewrite_dsn
 from tenure._observe._journal import payload_hmac
 from tenure._payload import encode
 from tenure.fence import FencedAuth, fence_headers

@@ -4,8 +4,9 @@ import asyncio
 
 import pytest
 from tests.store.helpers import new_job
+from tests.support.waiting import wait_until_async
 
-from tenure._store import Finish, LeaseConnection, Store
+from tenure._store import ClaimedJob, Finish, LeaseConnection, Store
 
 pytestmark = pytest.mark.storage
 
@@ -14,6 +15,11 @@ async def _claimed(store: Store, lease_ms: int = 5_000):  # type: ignore[no-unty
     await store.enqueue(new_job("job"))
     [job] = await store.claim("owner", {"t": lease_ms}, 1)
     return job
+
+
+async def _lease_over(store: Store, job: ClaimedJob) -> bool:
+    """Whether the database's clock has passed the job's lease."""
+    return await store.db_now() > job.lease_until
 
 
 async def test_heartbeat_extends_only_for_owner_and_token(store: Store, tenure_dsn: str) -> None:
@@ -36,9 +42,7 @@ async def test_heartbeat_extends_only_for_owner_and_token(store: Store, tenure_d
 
 async def test_heartbeat_after_lease_until_gets_zero_rows(store: Store, tenure_dsn: str) -> None:
     job = await _claimed(store, lease_ms=500)
-    deadline = asyncio.get_running_loop().time() + 10
-    while (await store.db_now()) <= job.lease_until:
-        assert asyncio.get_running_loop().time() < deadline
+    await wait_until_async(lambda: _lease_over(store, job), message="the lease never ran out")
     lease = LeaseConnection(tenure_dsn)
     try:
         [late] = await asyncio.to_thread(lease.extend, "owner", [(job.id, job.token, 500)], 5)
@@ -83,9 +87,7 @@ async def test_commit_with_a_stale_token_is_rejected_and_changes_nothing(store: 
 
 async def test_commit_after_the_lease_expired_is_rejected(store: Store) -> None:
     job = await _claimed(store, lease_ms=500)
-    deadline = asyncio.get_running_loop().time() + 10
-    while (await store.db_now()) <= job.lease_until:
-        assert asyncio.get_running_loop().time() < deadline
+    await wait_until_async(lambda: _lease_over(store, job), message="the lease never ran out")
     verdict = await store.finish_many(
         "owner", [Finish(job.id, job.token, "succeeded", result_json="1")]
     )

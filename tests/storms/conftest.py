@@ -16,8 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-from tenure._chaos._storm import StormResult
+from tests.support.storm.storm import StormResult
 
 _TABLES: list[str] = []
 

@@ -14,9 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from tests.support.storm.harness import ReceiverProcess
 
 from tenure._chaos import main
-from tenure._chaos._harness import ReceiverProcess
 
 pytestmark = pytest.mark.storage
 

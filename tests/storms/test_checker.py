@@ -13,8 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-
-from tenure._chaos._checker import Evidence, Fault, check
+from tests.support.storm.checker import Evidence, Fault, check
 
 T0 = 1_000.0  # Unix seconds of the synthetic run
 LEASE = 3.0

@@ -2,7 +2,7 @@
 
 Each storm feeds a few hundred jobs to four ``tenure worker`` processes while a
 nemesis breaks them for about fifteen seconds, then drains and hands the
-evidence to the checker (``tenure._chaos._checker``). Pass in every run: no
+evidence to the checker (``tests/support/storm/checker.py``). Pass in every run: no
 job lost, no double commit, no stale effect accepted, no effect applied twice,
 tokens drawn once and increasing across restarts, no worker believing in a
 lease the database had already given away, and every orphan taken over within
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 from tests.apps.storm_app import LEASE
+from tests.support.storm.harness import faketime_library
+from tests.support.storm.storm import StormPlan, StormResult, run_storm
 
-from tenure._chaos._harness import faketime_library
-from tenure._chaos._storm import StormPlan, StormResult, run_storm
 from tenure._embedded import EmbeddedPostgres
 from tenure._store import migrate
 

@@ -6,25 +6,25 @@ own, so a test can SIGKILL or SIGSTOP it exactly as an operator (or the kernel)
 would. `WorkerGroup` is a context manager that always cleans up: stopped
 workers are continued, then every survivor is killed and reaped.
 
-Worker log lines are ``event=... job=... token=...`` key=value lines (see
-``tenure._log``); `WorkerProcess.events` parses them.
+Both are ``tenure chaos``'s own harness (`tenure._chaos._harness`: `Workers`,
+`WorkerHandle`) with the suite's defaults; what is added here is only what tests
+read: worker log lines are ``event=... job=... token=...`` key=value lines (see
+``tenure._log``), which `WorkerProcess.events` parses.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+
+from tenure._chaos._harness import WorkerHandle, Workers
 
 from .waiting import wait_until
 
@@ -41,8 +41,6 @@ __all__ = [
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_APP = "tests.apps.fault_app:app"
-START_TIMEOUT = 20.0
-EXIT_TIMEOUT = 10.0
 
 _FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
 
@@ -58,33 +56,8 @@ def parse_event(line: str) -> dict[str, str] | None:
     return fields
 
 
-class WorkerProcess:
-    """One worker process and its log file."""
-
-    def __init__(self, name: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
-        self.name = name
-        self.proc = proc
-        self.log_path = log_path
-        self.paused = False
-
-    def __repr__(self) -> str:
-        return f"<WorkerProcess {self.name} pid={self.proc.pid} rc={self.proc.poll()}>"
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    # -- the log ---------------------------------------------------------------
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
+class WorkerProcess(WorkerHandle):
+    """One worker process and its log file; it has started once its log says so."""
 
     def events(self, kind: str | None = None, **match: object) -> list[dict[str, str]]:
         """Parsed event lines, optionally only of ``kind`` and with fields equal to ``match``."""
@@ -99,6 +72,9 @@ class WorkerProcess:
 
     def has_event(self, kind: str, **match: object) -> bool:
         return bool(self.events(kind, **match))
+
+    def has_started(self) -> bool:
+        return self.has_event("worker_started")
 
     def wait_event(self, kind: str, timeout: float = 10.0, **match: object) -> dict[str, str]:
         """Poll the log until an event of ``kind`` (with ``match``) appears; return it."""
@@ -115,147 +91,30 @@ class WorkerProcess:
         )
         return found[0]
 
-    def wait_started(self, timeout: float = START_TIMEOUT) -> None:
-        self.wait_event("worker_started", timeout=timeout)
 
-    # -- signals ---------------------------------------------------------------
+class WorkerGroup(Workers[WorkerProcess]):
+    """Spawns plain ``tenure worker`` processes for one test (one at a time by default,
+    logging at DEBUG) and guarantees they are all gone afterwards: killed, not asked."""
 
-    def signal(self, sig: signal.Signals) -> None:
-        if self.alive:
-            os.kill(self.proc.pid, sig)
-
-    def kill(self) -> int:
-        """SIGKILL, then reap; returns the exit status (-9)."""
-        self.signal(signal.SIGKILL)
-        return self.wait(EXIT_TIMEOUT)
-
-    def pause(self) -> None:
-        """SIGSTOP: the whole process freezes, heartbeat thread included."""
-        self.signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self) -> None:
-        """SIGCONT."""
-        self.signal(signal.SIGCONT)
-        self.paused = False
-
-    def terminate(self) -> None:
-        """SIGTERM: the worker's graceful shutdown."""
-        self.signal(signal.SIGTERM)
-
-    def wait(self, timeout: float = EXIT_TIMEOUT) -> int:
-        """Wait for the process to exit; raises subprocess.TimeoutExpired past ``timeout``."""
-        return self.proc.wait(timeout)
-
-    def stop(self) -> None:
-        """Cleanup: continue it if stopped, then SIGKILL it if still alive, and reap."""
-        if self.alive:
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)
-                os.kill(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            self.proc.wait(EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a zombie we cannot reap
-            pass
-
-
-class WorkerGroup:
-    """Spawns workers for one test and guarantees they are all gone afterwards."""
+    handle = WorkerProcess
+    graceful = False
+    log_mode = "wb"
 
     def __init__(self, dsn: str, log_dir: Path, *, app: str = DEFAULT_APP) -> None:
-        self.dsn = dsn
+        # Tests read every claim and outcome from the log, routine ones included.
+        env = {"TENURE_LOG_LEVEL": "DEBUG"}
+        super().__init__(dsn, log_dir, app, concurrency=1, grace=None, env=env, cwd=REPO_ROOT)
         self.log_dir = log_dir
-        self.app = app
-        self.workers: dict[str, WorkerProcess] = {}
-        self._files: list[IO[bytes]] = []
 
-    def spawn(
-        self,
-        name: str,
-        *,
-        concurrency: int = 1,
-        poll_interval: float = 0.2,
-        grace: float | None = None,
-        dsn: str | None = None,
-        env: dict[str, str] | None = None,
-    ) -> WorkerProcess:
-        """Start ``tenure worker`` named ``name`` (it is not waited for; see wait_started)."""
-        if name in self.workers:
-            raise ValueError(f"worker {name!r} already exists")
-        command = [
-            sys.executable,
-            "-m",
-            "tenure",
-            "worker",
-            self.app,
-            "--concurrency",
-            str(concurrency),
-            "--name",
-            name,
-            "--poll-interval",
-            str(poll_interval),
-        ]
-        if grace is not None:
-            command += ["--grace", str(grace)]
-        log_path = self.log_dir / f"worker-{name}.log"
-        log = open(log_path, "wb")  # closed by close()
-        self._files.append(log)
-        child_env = {
-            **os.environ,
-            "TENURE_DSN": dsn or self.dsn,
-            "PYTHONUNBUFFERED": "1",
-            # Tests read every claim and outcome from the log, routine ones included.
-            "TENURE_LOG_LEVEL": "DEBUG",
-            **(env or {}),
-        }
-        child_env.pop("TENURE_LOG_FORMAT", None)  # tests parse key=value lines
-        proc = subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        worker = WorkerProcess(name, proc, log_path)
-        self.workers[name] = worker
-        return worker
+    def command(self, name: str) -> list[str]:
+        return [sys.executable, "-m", "tenure", "worker"]
 
-    def __getitem__(self, name: str) -> WorkerProcess:
-        return self.workers[name]
-
-    def __iter__(self) -> Iterator[WorkerProcess]:
-        return iter(list(self.workers.values()))
+    def history_of(self, name: str, pid: int) -> Path | None:
+        return None
 
     def logs(self) -> str:
         """Every worker's log, for assertion messages."""
         return "\n".join(f"--- {w.name} (rc={w.proc.poll()})\n{w.log()}" for w in self)
-
-    def close(self) -> None:
-        for worker in self:
-            if worker.alive:
-                try:
-                    os.kill(worker.pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-        for worker in self:
-            worker.stop()
-        for log in self._files:
-            log.close()
-        self._files.clear()
-
-    def __enter__(self) -> WorkerGroup:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 # Claims, outcomes and refused outcomes: every journal entry that records a write to a
@@ -273,7 +132,7 @@ class Journal:
 
     def _rows(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         with psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row) as conn:
-            return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
+            return conn.execute(query, params).fetchall()
 
     def events(self, job_id: int, kind: str | None = None) -> list[dict[str, Any]]:
         """The job's journal, oldest first (optionally one kind only)."""
@@ -334,4 +193,5 @@ def wait_job(
         raise AssertionError(
             f"{exc}\nlast row: {state}\njournal: {journal.kinds(job_id)}\n{logs}"
         ) from None
-    return seen["row"]
+    last: dict[str, Any] = seen["row"]
+    return last

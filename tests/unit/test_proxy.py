@@ -1,7 +1,8 @@
 """The fault-injection proxy must really inject faults, or every test built on it lies.
 
-These tests drive :class:`FaultProxy` against a tiny echo server (no database),
-plus one check through a real PostgreSQL that a reset surfaces in psycopg.
+These tests drive :class:`FaultProxy` (``tenure chaos``'s, the storms' and the
+suite's one proxy) against a tiny echo server (no database), plus one check
+through a real PostgreSQL that a reset surfaces in psycopg.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
-from tests.support.proxy import FaultProxy, rewrite_dsn
 from tests.support.waiting import wait_until, wait_until_async
+
+from tenure._chaos._proxy import FaultProxy, rewrite_dsn
 
 SILENCE = 0.2  # how long "nothing arrives" is watched for; only ever a lower bound
 LOCAL_PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
@@ -152,6 +154,8 @@ def test_pass_forwards_both_ways(
     assert proxy.mode == "pass"
     assert proxy.connections == 1
     assert proxy.bytes_dropped == 0
+    assert proxy.bytes_forwarded == 10  # five bytes each way: proof that a delay fired
+    assert proxy.transcripts == []  # nothing is kept unless asked
 
 
 def test_blackhole_drops_both_ways_and_keeps_sockets_open(
@@ -182,6 +186,7 @@ def test_reset_aborts_open_connections_and_new_ones(
     wait_until(lambda: proxy.connections == 0, message="reset connections still counted")
     assert_new_connection_reset(proxy.port)
     assert proxy.connections == 0
+    assert proxy.resets == 3  # two open connections, then the new one
 
 
 def test_drop_responses_forwards_requests_only(
@@ -297,6 +302,38 @@ def test_healing_resumes_forwarding_but_never_replays_dropped_bytes(
     assert bytes(echo.received) == b"onetwo"
 
 
+def test_record_keeps_each_connections_bytes_even_those_it_drops(echo: TcpEcho) -> None:
+    with FaultProxy("127.0.0.1", echo.server_address[1], record=True) as proxy:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5.0) as first:
+            assert roundtrip(first, b"hello") == b"hello"
+            proxy.set_mode("drop_responses")
+            first.sendall(b"-lost")
+            wait_until(lambda: proxy.bytes_dropped == 5, message="the echo was not dropped")
+        proxy.set_mode("pass")
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5.0) as second:
+            assert roundtrip(second, b"again") == b"again"
+        wait_until(lambda: proxy.connections == 0, message="connections still open")
+    assert [(bytes(sent), bytes(received)) for sent, received in proxy.transcripts] == [
+        (b"hello-lost", b"hello-lost"),  # what crossed the wire, answer dropped or not
+        (b"again", b"again"),
+    ]
+
+
+def test_the_first_request_hook_runs_once_before_the_bytes_go_on(echo: TcpEcho) -> None:
+    """What ``tenure chaos`` cuts a worker's database link with, while its request is
+    still on the way to the receiver."""
+    upstream_saw: list[bytes] = []
+
+    def hook() -> None:
+        upstream_saw.append(bytes(echo.received))
+
+    with FaultProxy("127.0.0.1", echo.server_address[1], on_first_request=hook) as proxy:
+        for payload in (b"one", b"two"):
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=5.0) as sock:
+                assert roundtrip(sock, payload) == payload
+    assert upstream_saw == [b""]  # once, and before the first byte reached upstream
+
+
 def test_stop_closes_everything_and_is_idempotent(
     proxy: FaultProxy, connect: Callable[[], socket.socket]
 ) -> None:
@@ -407,16 +444,6 @@ def test_rewrite_dsn_points_conninfo_and_urls_at_the_proxy() -> None:
     }
 
 
-def _proxy_for(dsn: str) -> FaultProxy:
-    """A proxy in front of the server *dsn* names (TCP, or a Unix socket directory)."""
-    params = conninfo_to_dict(dsn)
-    host = str(params.get("host") or "127.0.0.1")
-    port = int(params.get("port") or 5432)
-    if host.startswith("/"):
-        return FaultProxy.unix(os.path.join(host, f".s.PGSQL.{port}"))
-    return FaultProxy(host, port)
-
-
 @pytest.mark.storage
 @pytest.mark.parametrize(
     "dsn",
@@ -430,8 +457,9 @@ def test_reset_breaks_a_real_psycopg_connection(dsn: str) -> None:
         psycopg.connect(dsn, connect_timeout=3).close()
     except psycopg.OperationalError as exc:
         pytest.skip(f"no PostgreSQL reachable at {dsn!r}: {exc}")
-    with _proxy_for(dsn) as proxy:
-        proxied = rewrite_dsn(dsn, "127.0.0.1", proxy.port)
+    with FaultProxy.for_dsn(dsn) as proxy:  # a TCP port, or the server's Unix socket
+        proxied = proxy.dsn(dsn)
+        assert conninfo_to_dict(proxied)["port"] == str(proxy.port)
         with psycopg.connect(proxied, connect_timeout=5, autocommit=True) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
             proxy.set_mode("reset")

@@ -100,3 +100,23 @@ def test_examples_import_only_public_names() -> None:
             if upward or any(p.startswith("_") and p != "__future__" for p in parts):
                 offending.append(f"{path.name}:{node.lineno}")
     assert offending == []
+
+
+def test_every_async_app_method_has_a_generated_blocking_twin() -> None:
+    import inspect
+
+    from tenure import App
+
+    coroutines = {
+        name
+        for name, member in vars(App).items()
+        if not name.startswith("_") and inspect.iscoroutinefunction(member)
+    }
+    assert {"enqueue", "wait", "find_events", "doctor"} <= coroutines
+    for name in coroutines - {"aclose"}:  # close() is aclose's blocking form
+        twin = getattr(App, f"{name}_sync", None)
+        assert twin is not None, f"App.{name} has no App.{name}_sync"
+        assert twin.__wrapped__ is vars(App)[name], f"App.{name}_sync is written by hand"
+        assert inspect.signature(twin) == inspect.signature(vars(App)[name]).replace(
+            return_annotation=inspect.signature(twin).return_annotation
+        )

@@ -1,32 +1,25 @@
-"""Chaos tooling: the fault harness, the history, the checker, and ``tenure chaos``.
+"""``tenure chaos`` and the fault harness it runs on.
 
 - `run_chaos` / `main`: the article's unpleasant test against a user's own tool and
   receiver (``tenure chaos MODULE:APP TOOL [PAYLOAD] --receiver URL --receiver-env NAME``);
-- `check`, `Evidence`, `Fault`, `Report`: the history checker;
-- `run_storm`, `StormPlan`: storms (crash, pause, network, restarts, clock skew);
-- `Supervisor`, `ChaosProxy`: worker processes and the per-link fault proxy.
+- `Supervisor`, `FaultProxy`, `wait_for`: worker processes, the per-link fault proxy,
+  polling with a deadline (the test suite uses the same ones);
+- `_history`, `_worker_main`: what each worker saw, in a local file.
+
+The storms, their checker and the soak are test tooling, not shipped: ``tests/support/storm``.
 """
 
-from ._checker import Evidence, Fault, Report, check
-from ._harness import ReceiverProcess, Supervisor
-from ._proxy import ChaosProxy
-from ._storm import StormPlan, StormResult, run_storm
+from ._harness import Supervisor, wait_for
+from ._proxy import FaultProxy
 from ._unpleasant import ChaosReport, add_chaos_arguments, chaos_command, main, run_chaos
 
 __all__ = [
-    "ChaosProxy",
     "ChaosReport",
-    "Evidence",
-    "Fault",
-    "ReceiverProcess",
-    "Report",
-    "StormPlan",
-    "StormResult",
+    "FaultProxy",
     "Supervisor",
     "add_chaos_arguments",
     "chaos_command",
-    "check",
     "main",
     "run_chaos",
-    "run_storm",
+    "wait_for",
 ]

@@ -8,10 +8,10 @@ being formed and lines never interleave.
 
 Every line carries ``ev`` (the kind), ``job``, ``token``, ``worker``, ``pid``,
 ``wall`` (``time.time()``) and ``mono`` (``time.monotonic()``), plus the
-event's own fields. ``wall``/``mono`` are the *process's* clocks: under
-``faketime`` they are the faked ones, which is the point (the checker compares
-a process's beliefs with its own clock, and with the database's only through
-clock samples).
+event's own fields. ``wall``/``mono`` are the *process's* clocks: under a
+faked clock (the storms' ``faketime``) they are the faked ones, which is the point
+(the storms' checker compares a process's beliefs with its own clock, and with the
+database's only through clock samples).
 
 In a worker, `install` attaches a handler to tenure's telemetry
 (`tenure._log.attach`), which sees every event the runtime emits — claims,
@@ -101,10 +101,11 @@ def install(directory: Path, worker: str, **clock: Any) -> HistoryWriter:
     """Record this process's runtime events under ``directory``; returns the writer.
 
     Writes a ``clock`` line first: the process's wall and monotonic clocks next
-    to each other, from which the checker learns any skew it was given.
+    to each other, and whatever else ``clock`` says of them (the storms add the
+    skew a worker was given, from which their checker learns it).
     """
     writer = HistoryWriter(directory / f"{worker}-{os.getpid()}.jsonl", worker=worker)
-    writer.write("clock", faketime=os.environ.get("FAKETIME"), **clock)
+    writer.write("clock", **clock)
     attach(writer.on_event)
     return writer
 

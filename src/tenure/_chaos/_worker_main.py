@@ -2,26 +2,28 @@
 
 Exactly ``tenure worker``, plus a local history of what this process saw (see
 `tenure._chaos._history`). The chaos runner starts its workers through this so
-that the user's app needs no change; ``faketime`` may prefix the command.
+that the user's app needs no change. The storms' own worker (``tests/support``)
+calls `main` with what it knows of the process's clocks.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ._history import install
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, **clock: Any) -> int:
+    """Run ``tenure worker`` recording its history; ``clock`` goes into the first line."""
     parser = argparse.ArgumentParser(prog="python -m tenure._chaos._worker_main")
     parser.add_argument("--history", required=True, type=Path)
     parser.add_argument("--name", required=True)
     known, rest = parser.parse_known_args(argv)
-    writer = install(known.history, known.name, uptime=_uptime(), real_monotonic=_real_monotonic())
+    writer = install(known.history, known.name, **clock)
     from .._cli import main as tenure_main
 
     try:
@@ -29,18 +31,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         writer.write("worker_exit")
         writer.close()
-
-
-def _uptime() -> float | None:
-    """Seconds since boot from /proc (a file read: never faked by libfaketime)."""
-    try:
-        return float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _real_monotonic() -> bool:
-    return not os.environ.get("FAKETIME") or os.environ.get("FAKETIME_DONT_FAKE_MONOTONIC") == "1"
 
 
 if __name__ == "__main__":

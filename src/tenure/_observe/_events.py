@@ -237,6 +237,18 @@ _SPECS = (
         "lease_expired + failed), runs re-dispatched or adopted, intents resent",
     ),
     EventSpec("rescue_failed", "rescuer (log)", "-", "a rescue sweep failed (error class)"),
+    EventSpec(
+        "mcp_enqueue_failed",
+        "MCP server (log)",
+        "-",
+        "an MCP call could not be queued (error class; the client got an internal error)",
+    ),
+    EventSpec(
+        "mcp_follow_failed",
+        "MCP server (log)",
+        "-",
+        "an MCP call's job could not be read while waiting for it (error class)",
+    ),
     EventSpec("jobs_pruned", "job pruner (log)", "-", "finished jobs past retention were deleted"),
     EventSpec("job_prune_failed", "job pruner (log)", "-", "a job prune sweep failed"),
     EventSpec(

@@ -199,10 +199,16 @@ class _Bridge:
             self._calls.pop((caller.channel, coerce_request_id(request_id)), None)
 
 
+_FAILED_LINES = {
+    "follow": "event=mcp_follow_failed tool=%s error=%s",
+    "enqueue": "event=mcp_enqueue_failed tool=%s error=%s",
+}
+
+
 def _internal(step: str, tool: str, exc: Exception) -> MCPError:
     """The database failed, or a bug: one line in our log, none of its text to the caller
     (the SDK would otherwise put ``str(exc)`` in the JSON-RPC error)."""
-    logger.error("event=mcp_%s_failed tool=%s error=%s", step, tool, type(exc).__name__)
+    logger.error(_FAILED_LINES[step], tool, type(exc).__name__)
     logger.debug("mcp %s failed", step, exc_info=exc)
     return MCPError(INTERNAL_ERROR, f"tenure could not {step} the call; see the server's log")
 

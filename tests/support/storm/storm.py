@@ -32,18 +32,21 @@ from typing import Any, Protocol
 
 import psycopg
 
-from .._store import QUERIES
-from ._checker import Evidence, Fault, Report, check
-from ._harness import (
+from tenure._chaos._harness import wait_for
+from tenure._chaos._history import read_history
+
+from .checker import Evidence, Fault, Report, check
+from .harness import (
     ReceiverProcess,
-    Supervisor,
+    StormSupervisor,
+    all_terminal,
     clock_offset,
+    faketime_env,
     read_effects,
     read_tenure,
+    unfinished,
     uptime_offset,
-    wait_for,
 )
-from ._history import read_history
 
 TOOL = "storm_call"
 DEFAULT_APP = "tests.apps.storm_app:app"
@@ -150,7 +153,7 @@ class StormRun:
     def __init__(
         self,
         plan: StormPlan,
-        supervisor: Supervisor,
+        supervisor: StormSupervisor,
         server: Restartable | None,
         stop: threading.Event,
     ) -> None:
@@ -158,7 +161,7 @@ class StormRun:
         self.supervisor = supervisor
         self.server = server
         self.stop = stop
-        self.rng = random.Random(plan.seed)  # noqa: S311 - a reproducible schedule
+        self.rng = random.Random(plan.seed)
         self.faults: list[Fault] = []
         self.restarts: list[float] = []
         self._spawned = 0
@@ -171,11 +174,7 @@ class StormRun:
         self._spawned += 1
         name = f"{base}{self._spawned}"
         skew = self.plan.skews.get(name)
-        self.supervisor.spawn(
-            name,
-            faketime=skew[0] if skew else None,
-            real_monotonic=skew[1] if skew else True,
-        )
+        self.supervisor.spawn(name, env=faketime_env(*skew) if skew else None)
         return name
 
     def healthy(self) -> list[str]:
@@ -332,7 +331,7 @@ class Enqueuer(threading.Thread):
         self.app_factory = app_factory
         self.acknowledged: list[str] = []
         self.errors = 0
-        self.rng = random.Random(plan.seed + 1)  # noqa: S311 - reproducible payloads
+        self.rng = random.Random(plan.seed + 1)
         self.failure: BaseException | None = None
 
     def payload(self, n: int) -> dict[str, Any]:
@@ -412,7 +411,7 @@ def run_storm(
     began = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     receiver = ReceiverProcess(receiver_dsn, workdir / "receiver", cwd=cwd).start()
-    supervisor = Supervisor(
+    supervisor = StormSupervisor(
         tenure_dsn,
         workdir,
         app,
@@ -442,12 +441,12 @@ def run_storm(
                 handle.proxy.set_mode("pass")
         timings["faults"] = time.time() - window_start
         enqueuer.join(plan.enqueue_seconds + 120)
-        remaining_at_heal = _unfinished(tenure_dsn)
+        remaining_at_heal = unfinished(tenure_dsn)
         drain_began = time.monotonic()
         wanted = set(enqueuer.acknowledged)
         try:
             wait_for(
-                lambda: _all_terminal(tenure_dsn, wanted),
+                lambda: all_terminal(tenure_dsn, wanted),
                 plan.drain_timeout,
                 f"storm {plan.name}: jobs still unfinished",
                 interval=0.25,
@@ -500,18 +499,6 @@ def run_storm(
         }
         result.artifact.write_text(json.dumps(data, indent=2, default=str))
     return result
-
-
-def _unfinished(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        row = conn.execute(QUERIES["chaos_terminal_count"]).fetchone()
-    return int(row[0]) - int(row[1]) if row else 0
-
-
-def _all_terminal(dsn: str, keys: set[str]) -> bool:
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        row = conn.execute(QUERIES["chaos_keys_terminal"], {"keys": list(keys)}).fetchone()
-    return row is not None and int(row[0]) >= len(keys)
 
 
 def _throughput(journal: Sequence[Any]) -> float:

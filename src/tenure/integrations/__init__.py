@@ -1,0 +1,7 @@
+"""Adapters that run agent frameworks' tool calls as tenure jobs.
+
+Each adapter is its own module behind its own extra, so the core install pulls in
+no agent framework: ``tenure.integrations.pydantic_ai`` (``tenure[pydantic-ai]``)
+and ``tenure.integrations.openai_agents`` (``tenure[openai-agents]``). What they
+share (keys, waiting, what a failed job may tell a model) is in ``_calls``.
+"""
