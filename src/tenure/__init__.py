@@ -35,11 +35,11 @@ from ._errors import (
     WaitTimeout,
 )
 from ._job import Enqueued, Job
-from ._maintenance._pruner import JobPrunerConfig
+from ._maintenance._job_pruner import JobPrunerConfig
+from ._maintenance._journal_pruner import JournalPrunerConfig
 from ._maintenance._rescuer import RescuerConfig
 from ._maintenance._scheduler import Schedule, SchedulerConfig
 from ._maintenance._statistics import StatisticsConfig
-from ._observe._pruner import JournalPrunerConfig
 from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
 from ._policy import LeasePolicy, RetryPolicy, ToolPolicy
 from ._waitpoint import Waitpoint

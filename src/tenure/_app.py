@@ -838,7 +838,7 @@ class App:
     ) -> int:
         """Delete journal rows older than ``older_than`` seconds, in bounded batches (or,
         with ``dry_run``, count them); how many. Jobs keep their own retention."""
-        from ._observe._pruner import JournalPruner, JournalPrunerConfig
+        from ._maintenance._journal_pruner import JournalPruner, JournalPrunerConfig
 
         store = await self._store()
         pruner = JournalPruner(store, JournalPrunerConfig(retention=older_than))
@@ -850,7 +850,7 @@ class App:
         self, *, check_tools: bool = True, on_step: Callable[[str], None] | None = None
     ) -> list[Check]:
         """Check the server, schema, clock, this app's tool policies (unless not
-        ``check_tools``) and the indexes and plans; ``on_step(label)`` before each. A server
+        ``check_tools``) and the indexes and query plans; ``on_step(label)`` before each. A server
         that cannot be reached is one failed check, not an exception."""
         from ._observe._doctor import Check, doctor_steps
 

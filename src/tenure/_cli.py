@@ -523,8 +523,8 @@ def _mcp(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from ._maintenance._pruner import JobPrunerConfig
-    from ._observe._pruner import JournalPrunerConfig
+    from ._maintenance._job_pruner import JobPrunerConfig
+    from ._maintenance._journal_pruner import JournalPrunerConfig
 
     app = _load(args)
     worker = app.worker(

@@ -15,13 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from tenure import App, PolicyError
 from tenure._errors import ConfigError
 from tenure._log import Event, attach, log_event
+from tenure._maintenance._journal_pruner import JournalPrunerConfig
 from tenure._observe._dashboard import check_bind
 from tenure._observe._events import EVENTS, JOURNAL_KINDS, OWNERSHIP_KINDS, WRITER_KINDS
 from tenure._observe._fence import FenceObserver
 from tenure._observe._http import bounded_dsn, is_loopback
 from tenure._observe._journal import JournalWriter, journal_key, payload_hmac, to_row
 from tenure._observe._metrics import NOT_EMITTED, OTHER, Metrics, ToolLabels, render
-from tenure._observe._pruner import JournalPrunerConfig
 from tenure.fence import FenceDecision
 
 ROOT = Path(__file__).resolve().parents[2]

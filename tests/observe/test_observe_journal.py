@@ -11,10 +11,10 @@ import pytest
 from tests.store.helpers import new_job
 
 from tenure._log import Event
-from tenure._observe._doctor import check_indexes, check_schema, plan_scans
+from tenure._maintenance._journal_pruner import JournalPruner, JournalPrunerConfig
+from tenure._observe._doctor import check_indexes, check_schema, query_plan_scans
 from tenure._observe._journal import JournalWriter
 from tenure._observe._metrics import DatabaseGauges, ToolLabels
-from tenure._observe._pruner import JournalPruner, JournalPrunerConfig
 from tenure._store import EventQuery, Finish, JournalRow, Store
 
 pytestmark = pytest.mark.storage
@@ -175,7 +175,7 @@ async def test_every_observability_statement_runs_and_uses_its_index(
     assert all(c.status == "ok" for c in checks), checks
 
     def uses(plan: Any, index: str) -> bool:
-        used, scanned = plan_scans(plan)
+        used, scanned = query_plan_scans(plan)
         return index in used and "tenure_jobs" not in scanned and "tenure_events" not in scanned
 
     assert uses(await store.explain("notable_events", {"limit": 40}), "tenure_events_notable")

@@ -6,7 +6,6 @@ users see them through ``tenure.telemetry`` (``attach``, the catalogue `_events.
 
     _events     the catalogue of event kinds (the README's event table)
     _journal    keyed payload hashes; the batched writer for observed events
-    _pruner     journal retention
     _metrics    event-fed counters and histograms; gauges read from the database
     _http       /metrics, the loopback rule, uvicorn on a thread
     _runtime    what a worker starts: writer, pruner, /metrics

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
 from .._log import attach, log_event
+from .._maintenance._journal_pruner import JournalPruner, JournalPrunerConfig
 from .._store import Store
 from ._events import WRITER_KINDS
 from ._journal import JournalWriter
-from ._pruner import JournalPruner, JournalPrunerConfig
 
 if TYPE_CHECKING:
     from .._app import App

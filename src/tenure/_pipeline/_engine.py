@@ -33,7 +33,7 @@ from .._store import (
     Transition,
 )
 from ._model import Graph, Pipeline, Run, RunStage, Verdict, run_of_key
-from ._planner import Broken, Outcome, plan_outcome, plan_redispatch, plan_start
+from ._transitions import Broken, Outcome, decide_outcome, decide_redispatch, decide_start
 
 TRANSITION_TIMEOUT = 10.0
 MAX_RESCUE_STEPS = 50  # per run and sweep; a run needing more is taken up again next sweep
@@ -78,7 +78,7 @@ class Transitions:
             row = next((r for r in rows if r.job_id == job.id), None)
             if run is None or row is None or row.state != "open":
                 return None
-            plan = plan_outcome(Graph.from_json(run.graph), run, rows, row, outcome)
+            plan = decide_outcome(Graph.from_json(run.graph), run, rows, row, outcome)
             _, applied = await tx.apply(
                 replace(plan, mode="commit", owner=owner, token=finish.token)
             )
@@ -98,7 +98,7 @@ class Transitions:
         text = encode(input, "run input", MAX_PAYLOAD_BYTES)
         digest = fingerprint(pipeline.name + "\n" + text)
         try:
-            plan_start(pipeline.graph, 0, input)  # refuse input the first stages cannot take
+            decide_start(pipeline.graph, 0, input)  # refuse input the first stages cannot take
         except Broken as exc:
             raise PayloadError(str(exc)) from None
         async with self._store.transaction(self._timeout) as tx:
@@ -110,7 +110,7 @@ class Transitions:
                 graph=pipeline.graph.to_json(),
             )
             if run_id is not None:
-                await tx.apply(plan_start(pipeline.graph, run_id, input))
+                await tx.apply(decide_start(pipeline.graph, run_id, input))
                 return run_id, True
         found = await self._store.run_by_key(key)
         if found is None:
@@ -153,7 +153,7 @@ class Transitions:
             if run.state != "running" or row is None:
                 raise Conflict(_not_owner(run, rows, stage, token))
             outcome = Outcome("succeeded", result, encode(result, "verdict"))
-            plan = plan_outcome(graph, run, rows, row, outcome)
+            plan = decide_outcome(graph, run, rows, row, outcome)
             _, applied = await tx.apply(replace(plan, mode="commit", token=token))
             if not applied:
                 raise Conflict(
@@ -247,7 +247,7 @@ def _rescue_step(
         if row.state != "open":
             continue
         if not row.job_exists:
-            return "redispatched", plan_redispatch(graph, row)
+            return "redispatched", decide_redispatch(graph, row)
         if row.kind == "outbox" and row.job_state == "failed":
             assert row.job_finished_at is not None and row.job_id is not None
             if row.db_now - row.job_finished_at >= resend_after:
@@ -257,13 +257,13 @@ def _rescue_step(
             outcome = Outcome(
                 row.job_state, row.job_result, _result_text(row.job_result), row.job_error
             )
-            plan = plan_outcome(graph, run, rows, row, outcome)
+            plan = decide_outcome(graph, run, rows, row, outcome)
             return "adopted", replace(plan, mode="adopt", expect_state=row.job_state)
     if run.state == "running" and not any(r.kind == "stage" and r.state == "open" for r in rows):
         error = {"code": "no_current_stage", "message": "the run had no open stage left"}
         if not any(r.kind == "stage" for r in rows):
             try:
-                return "redispatched", plan_start(graph, run.id, run.context)
+                return "redispatched", decide_start(graph, run.id, run.context)
             except Broken as exc:
                 error = {"code": exc.code, "message": str(exc)}
         return "ended", Transition(run.id, run_state="failed", run_error=error, stop_open=True)

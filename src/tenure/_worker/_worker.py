@@ -28,12 +28,12 @@ import psycopg
 from .._context import Context
 from .._errors import PolicyError
 from .._log import enabled, log_event
-from .._maintenance._pruner import JobPruner, JobPrunerConfig
+from .._maintenance._job_pruner import JobPruner, JobPrunerConfig
+from .._maintenance._journal_pruner import JournalPrunerConfig
 from .._maintenance._rescuer import Rescuer, RescuerConfig
 from .._maintenance._scheduler import Scheduler, SchedulerConfig
 from .._maintenance._service import Service
 from .._maintenance._statistics import StatisticsConfig, StatisticsKeeper
-from .._observe._pruner import JournalPrunerConfig
 from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
 from .._store import ClaimedJob, Listener, Store

@@ -1,7 +1,7 @@
 """Deciding a transition: pure functions from a run's locked picture to what to write.
 
 Nothing here touches the database. The engine reads the run under its row lock,
-asks `plan_outcome` what the stage's outcome means (the run's new context, the
+asks `decide_outcome` what the stage's outcome means (the run's new context, the
 stages to open, joins to wait at, outbox intents, whether the run ended), and
 hands the answer to one statement. Planning the same outcome twice gives the
 same rows and keys, which is what makes a repeated attempt harmless.
@@ -197,7 +197,7 @@ def _advance(
     return _end(step, "succeeded", None, outcome.result_json)
 
 
-def plan_outcome(
+def decide_outcome(
     graph: Graph, run: RunRow, rows: Sequence[StageRow], row: StageRow, outcome: Outcome
 ) -> Transition:
     """What the outcome of ``row``'s job writes. ``row`` is open; ``run`` is locked."""
@@ -237,7 +237,7 @@ def plan_outcome(
     return _end(replace(base, stage_state=outcome.state), run_state, error)
 
 
-def plan_start(graph: Graph, run_id: int, context: Mapping[str, Any]) -> Transition:
+def decide_start(graph: Graph, run_id: int, context: Mapping[str, Any]) -> Transition:
     """The first stages of a new run (Broken if the input cannot feed them)."""
     return Transition(
         run_id=run_id,
@@ -245,7 +245,7 @@ def plan_start(graph: Graph, run_id: int, context: Mapping[str, Any]) -> Transit
     )
 
 
-def plan_redispatch(graph: Graph, row: StageRow) -> Transition:
+def decide_redispatch(graph: Graph, row: StageRow) -> Transition:
     """Dispatch an open stage whose job vanished, exactly as it was first dispatched."""
     assert row.tool is not None and row.payload_hash is not None and row.max_attempts is not None
     info = graph.tools.get(row.tool)

@@ -18,8 +18,8 @@ from typing import Any
 
 from .._errors import PolicyError
 from .._log import log_event
-from .._maintenance._service import Service
 from .._store import Store
+from ._service import Service
 
 logger = logging.getLogger("tenure.pruner")
 

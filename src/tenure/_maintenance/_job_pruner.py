@@ -13,7 +13,7 @@ Expired jobs go in bounded batches through the ``tenure_jobs_prune`` index,
 each batch its own short transaction under a statement timeout, rows taken
 ``FOR UPDATE SKIP LOCKED`` so that the pruners of several workers share the
 work. Queued and running jobs are never touched. The journal keeps its own
-retention (`tenure._observe._pruner`), and periodic slots stay decided after
+retention (`tenure._maintenance._journal_pruner`), and periodic slots stay decided after
 their jobs are gone (``tenure_schedules``).
 
 Same shape as every maintenance service: a frozen config validated eagerly,
