@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tenure._store._store import QUERIES, migrate
+from tenure._store import QUERIES, migrate
 
 DELAY = """
 UPDATE tenure_jobs SET run_after = clock_timestamp() + interval '1 day'

@@ -31,7 +31,7 @@ import time
 import psycopg
 from psycopg import sql
 
-from tenure._store._store import QUERIES, migrate
+from tenure._store import QUERIES, migrate
 
 ADMIN = os.environ.get("BENCH_ADMIN_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 DB = "tenure_statements"

@@ -72,7 +72,7 @@ def tenure_dsn(database_dsn: str) -> str:
     never see each other's rows (NOTIFY channels are shared, which only wakes
     workers early).
     """
-    from tenure._store._store import migrate
+    from tenure._store import migrate
 
     dsn = fresh_schema_dsn(database_dsn, "t")
     migrate(dsn)

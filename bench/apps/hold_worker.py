@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(__file__))
 
 import tenure._worker._worker as worker_module
-from tenure._store._store import LeaseConnection
+from tenure._store import LeaseConnection
 from tenure._worker._heartbeat import HeartbeatThread
 
 STATS: dict[str, Any] = {

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from tests.support.storm.storm import StormPlan, run_storm  # noqa: E402
 
 from tenure._embedded import EmbeddedPostgres  # noqa: E402
-from tenure._store._store import migrate  # noqa: E402
+from tenure._store import migrate  # noqa: E402
 
 STORMS = ("crash", "pause", "network", "restarts", "skew")
 SKEWS = {"w1": ("+30s", True), "w2": ("-30s", True), "w3": ("+0 x1.5", False)}

@@ -35,8 +35,11 @@ from ._errors import (
     WaitTimeout,
 )
 from ._job import Enqueued, Job
-from ._maintenance._pruner import JobPrunerConfig
+from ._maintenance._job_pruner import JobPrunerConfig
+from ._maintenance._journal_pruner import JournalPrunerConfig
+from ._maintenance._rescuer import RescuerConfig
 from ._maintenance._scheduler import Schedule, SchedulerConfig
+from ._maintenance._statistics import StatisticsConfig
 from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
 from ._policy import LeasePolicy, RetryPolicy, ToolPolicy
 from ._waitpoint import Waitpoint
@@ -57,6 +60,7 @@ __all__ = [
     "JobFailed",
     "JobNotFound",
     "JobPrunerConfig",
+    "JournalPrunerConfig",
     "LeaseLost",
     "LeasePolicy",
     "OutcomeUnknown",
@@ -68,6 +72,7 @@ __all__ = [
     "PlanRejected",
     "PolicyError",
     "QuotaExceeded",
+    "RescuerConfig",
     "ResultRejected",
     "RetryPolicy",
     "RetryableError",
@@ -79,6 +84,7 @@ __all__ = [
     "SchedulerConfig",
     "Stage",
     "StaleFence",
+    "StatisticsConfig",
     "TenureError",
     "ToolError",
     "ToolPolicy",

@@ -15,7 +15,10 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
+
+import psycopg
 
 from ._dsn import check_dsn, dsn_from_environment
 from ._errors import (
@@ -30,6 +33,7 @@ from ._errors import (
     RunFailed,
     UnknownTool,
     WaitTimeout,
+    one_line,
 )
 from ._job import Enqueued, Job
 from ._maintenance._cron import Cron
@@ -51,9 +55,22 @@ from ._registry import (
     make_spec,
 )
 from ._signature import load_result
-from ._store._store import NewJob, Store, migrate
+from ._store import (
+    CONNECT_OPTIONS,
+    EventQuery,
+    JobDetail,
+    JobWaitpoint,
+    JournalEntry,
+    NewJob,
+    Store,
+    migrate,
+)
 from ._waiting import Waiters, check_timeout
 from ._waitpoint import answer_json, token_hash
+
+if TYPE_CHECKING:
+    from ._observe._doctor import Check
+    from ._worker._worker import Worker
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -66,6 +83,8 @@ MAX_DELAY = 30 * 24 * 3600.0
 MAX_WAIT = 7 * 24 * 3600.0
 DAY = 24 * 3600.0
 DEFAULT_RETAIN = 7 * DAY
+NO_SCHEMA = "no tenure schema in this database; run `tenure migrate`"
+PRUNE_COUNT_CAP = 10_000_000
 CHECK_IDLE = 30.0  # a producer's pooled connection idle longer is checked before use
 MIN_RETAIN = 1.0
 MAX_RETAIN = 3650 * DAY
@@ -181,7 +200,7 @@ class App:
         if not 1 <= max_payload_bytes <= MAX_PAYLOAD_BYTES:
             raise PolicyError(f"max_payload_bytes must be in [1, {MAX_PAYLOAD_BYTES}]")
         self._max_payload = max_payload_bytes
-        self._migrate = migrate
+        self.auto_migrate = migrate  # migrate on first use (read-only commands turn it off)
         self._migrated = False
         self._embedded: Any = None
         self._lock = threading.Lock()
@@ -210,10 +229,27 @@ class App:
                 self._embedded = EmbeddedPostgres()
                 announce(self._embedded)
                 self._dsn = self._embedded.start()
-            if self._migrate and not self._migrated:
+            if self.auto_migrate and not self._migrated:
                 migrate(self._dsn)
                 self._migrated = True
             return self._dsn
+
+    def set_dsn(self, dsn: str) -> None:
+        """Point this app at ``dsn`` before it first connects (``tenure --dsn``, for an app
+        whose module built it from the environment). ConfigError once it is connected."""
+        checked = check_dsn(dsn)
+        with self._lock:
+            if checked == self._dsn:
+                return
+            if self._stores or self._embedded is not None or self._migrated:
+                raise ConfigError("this app is already connected; give the DSN before first use")
+            self._dsn = checked
+
+    @property
+    def configured_dsn(self) -> str | None:
+        """The DSN this app was given (argument, ``TENURE_DSN``, ``TENURE_DSN_FILE``), or None
+        when it uses (or will start) the embedded server."""
+        return None if self._embedded is not None else self._dsn
 
     def tool(
         self,
@@ -376,7 +412,7 @@ class App:
         """The job of one slot: the tool's own priority, limits and policy."""
         return self._new_job(schedule.tool, dict(schedule.payload), key, None, 0.0)
 
-    def worker(self, **options: Any) -> Any:
+    def worker(self, **options: Any) -> Worker:
         """A Worker for this app's tools (see `Worker` for the options)."""
         from ._worker._worker import Worker
 
@@ -604,9 +640,10 @@ class App:
             state=state, tool=tool, tenant=tenant, limit=max(1, min(limit, 10_000))
         )
 
-    async def events(self, job_id: int) -> list[dict[str, Any]]:
-        """The job's journal: claims, losses, rejections and outcomes, oldest first."""
-        return await (await self._store()).job_events(job_id)
+    async def events(self, job_id: int) -> list[JournalEntry]:
+        """The job's journal: claims, losses, rejections and outcomes, oldest first (its
+        first 1,000 entries)."""
+        return await (await self._store()).job_timeline(job_id)
 
     async def cancel(self, job_id: int) -> Job:
         """Cancel a queued or running job and return it. A running call is told at once
@@ -737,6 +774,101 @@ class App:
         """Counts of jobs by state and of journal events by kind, plus duplicate commits."""
         return await (await self._store()).summary()
 
+    # -- what an operator reads: never a payload, result or error message -------
+
+    async def _probed_store(self) -> Store:
+        """The store, once one plain connection got through: a refused or silent server
+        fails within libpq's connect timeout, not after the pool's retries."""
+        dsn = await asyncio.to_thread(lambda: self.dsn)  # may start the embedded server
+        probe = await psycopg.AsyncConnection.connect(dsn, **CONNECT_OPTIONS)
+        await probe.close()
+        return await self._store()
+
+    async def verify_schema(self) -> None:
+        """ConfigError unless tenure's schema is in this database and up to date."""
+        from ._observe._doctor import check_schema
+
+        store = await self._probed_store()
+        if await store.applied_migrations() is None:
+            raise ConfigError(NO_SCHEMA)
+        [schema] = await check_schema(store)
+        if schema.status == "fail":
+            raise ConfigError(f"tenure schema: {schema.detail}")
+
+    async def job_detail(self, job_id: int) -> JobDetail:
+        """The job as an operator may see it: state, owner, token, lease, error code,
+        progress, key; never its payload, result or error message."""
+        return await (await self._store()).job_detail(job_id)
+
+    async def job_waitpoints(self, job_id: int) -> list[JobWaitpoint]:
+        """The job's waitpoints: name, state, deadline, what each asks."""
+        return await (await self._store()).job_waitpoints(job_id)
+
+    async def find_events(
+        self,
+        *,
+        kinds: Sequence[str] = (),
+        job_id: int | None = None,
+        tool: str | None = None,
+        worker: str | None = None,
+        since: float | datetime | None = None,
+        limit: int = 100,
+    ) -> list[JournalEntry]:
+        """Journal rows, newest first: of these ``kinds`` (``job_reclaimed`` selects claims
+        that took a job over from an expired lease), of a job, a tool or a worker, from
+        ``since`` (seconds back, or a time) on."""
+        query = EventQuery(
+            kinds=tuple(k for k in kinds if k != "job_reclaimed"),
+            reclaims="job_reclaimed" in kinds,
+            job_id=job_id,
+            tool=tool,
+            worker=worker,
+            since_ms=round(since * 1000) if isinstance(since, int | float) else None,
+            since_at=since if isinstance(since, datetime) else None,
+            limit=max(1, min(limit, 10_000)),
+        )
+        return await (await self._store()).find_events(query)
+
+    async def prune_journal(
+        self,
+        older_than: float,
+        *,
+        dry_run: bool = False,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """Delete journal rows older than ``older_than`` seconds, in bounded batches (or,
+        with ``dry_run``, count them); how many. Jobs keep their own retention."""
+        from ._maintenance._journal_pruner import JournalPruner, JournalPrunerConfig
+
+        store = await self._store()
+        pruner = JournalPruner(store, JournalPrunerConfig(retention=older_than))
+        if dry_run:
+            return await store.count_old_events(pruner.retention_ms, PRUNE_COUNT_CAP)
+        return await pruner.run_once(on_batch)
+
+    async def doctor(
+        self, *, check_tools: bool = True, on_step: Callable[[str], None] | None = None
+    ) -> list[Check]:
+        """Check the server, schema, clock, this app's tool policies (unless not
+        ``check_tools``) and the indexes and query plans; ``on_step(label)`` before each. A server
+        that cannot be reached is one failed check, not an exception."""
+        from ._observe._doctor import Check, doctor_steps
+
+        try:
+            store = await self._probed_store()
+        except (psycopg.Error, OSError) as exc:
+            return [Check("connectivity", "fail", f"{type(exc).__name__}: {one_line(exc)}")]
+        checks: list[Check] = []
+        for label, run in doctor_steps(store, self if check_tools else None):
+            if on_step is not None:
+                on_step(label)
+            checks.extend(await run())
+        return checks
+
+    async def database_time(self) -> datetime:
+        """The database's clock, the one every lease is judged by."""
+        return await (await self._store()).db_now()
+
     # -- pipelines -------------------------------------------------------------
 
     def pipeline(
@@ -847,6 +979,13 @@ class App:
     wait_run_sync = _blocking(wait_run)
     record_verdict_sync = _blocking(record_verdict)
     dispatch_plan_sync = _blocking(dispatch_plan)
+    verify_schema_sync = _blocking(verify_schema)
+    job_detail_sync = _blocking(job_detail)
+    job_waitpoints_sync = _blocking(job_waitpoints)
+    find_events_sync = _blocking(find_events)
+    prune_journal_sync = _blocking(prune_journal)
+    doctor_sync = _blocking(doctor)
+    database_time_sync = _blocking(database_time)
 
 
 async def _poll(probe: Callable[[], Awaitable[tuple[bool, Any]]], timeout: float, what: str) -> Any:

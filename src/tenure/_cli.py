@@ -35,6 +35,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 
 from ._app import MAX_KEY_LENGTH, MAX_PRIORITY, MAX_WAIT, App
+from ._dsn import dsn_from_environment
 from ._embedded import embedded_notice
 from ._errors import ConfigError, TenureError
 from ._job import Job
@@ -42,7 +43,7 @@ from ._log import configure_logging
 from ._observe._events import JOURNAL_KINDS
 from ._observe._pages import clock, describe_progress, seconds, summarize
 from ._registry import TENANT_MAX, TOOL_NAME_MAX
-from ._store._store import CONNECT_OPTIONS, EventQuery, Store, migrate
+from ._store import migrate
 from ._worker._worker import MAX_CONCURRENCY
 
 EXIT_ERROR = 1
@@ -64,7 +65,7 @@ NAME_MAX = 200  # worker names, events --worker
 HOST_MAX = 255
 TARGET_MAX = 300  # MODULE:APP
 DSN_MAX = 8192
-RETENTION = (60.0, 3650 * DAY)  # PrunerConfig's range
+RETENTION = (60.0, 3650 * DAY)  # JournalPrunerConfig's range
 # Spaces between columns, a rule under the header: readable in a terminal and when pasted.
 TABLE: dict[str, Any] = {"box": box.SIMPLE_HEAD, "title_justify": "left"}
 
@@ -321,89 +322,62 @@ def waitpoints_table(waits: Iterable[Mapping[str, Any]]) -> Table:
 # -- commands that need the database -----------------------------------------------------
 
 
-async def open_store(app: App) -> Store:
-    """The app's store, once one plain connection got through: a refused or silent server
-    fails within libpq's connect timeout, not after the pool's 30 s of retries."""
-    dsn = await asyncio.to_thread(lambda: app.dsn)  # may start the embedded server
-    probe = await psycopg.AsyncConnection.connect(dsn, **CONNECT_OPTIONS)
-    await probe.close()
-    return await app._store()
-
-
-async def schema_store(app: App) -> Store:
-    """`open_store`, then refuse a database where tenure's schema is missing or behind,
-    rather than reading from (or writing into) a database the DSN names by mistake."""
-    from ._observe._doctor import check_schema
-
-    store = await open_store(app)
-    if await store.applied_migrations() is None:
-        raise ConfigError(NO_SCHEMA)
-    [schema] = await check_schema(store)
-    if schema.status == "fail":
-        raise ConfigError(f"tenure schema: {schema.detail}")
-    return store
-
-
 async def _with_app(app: App, args: argparse.Namespace, target: App | None) -> int:
     try:
         if args.command != "doctor":  # the doctor reports these as checks of its own
-            await schema_store(app)
+            await app.verify_schema()
         return await _dispatch(app, args, target)
     finally:
         await app.aclose()
 
 
 async def _jobs(app: App, args: argparse.Namespace, console: Console) -> int:
-    store = await app._store()
     if args.action == "list":
         jobs = await app.list_jobs(
             state=args.state, tool=args.tool, tenant=args.tenant, limit=args.limit
         )
-        console.print(jobs_table(jobs, await store.db_now()))
+        console.print(jobs_table(jobs, await app.database_time()))
         notice = embedded_notice()
         if notice is not None:  # in the pasted table too, not only on stderr
             console.print(notice, style="yellow")
     elif args.action == "show":
-        console.print(job_table(await store.job_detail(args.id)))
-        waits = await store.job_waitpoints(args.id)
+        console.print(job_table(await app.job_detail(args.id)))
+        waits = await app.job_waitpoints(args.id)
         if waits:
             console.print(waitpoints_table(waits))
-        timeline = await store.job_timeline(args.id)
+        timeline = await app.events(args.id)
         console.print(events_table(timeline, title="timeline", with_job=False))
     else:
         changed = await (app.cancel(args.id) if args.action == "cancel" else app.retry(args.id))
-        console.print(jobs_table([changed], await store.db_now()))
+        console.print(jobs_table([changed], await app.database_time()))
     return 0
 
 
-def _event_query(args: argparse.Namespace) -> EventQuery:
-    kinds = tuple(args.kind or ())
-    since_ms: int | None = None
-    since_at: datetime | None = None
-    if args.since:
+def _since_option(text: str | None) -> float | datetime | None:
+    """``--since``: a duration back from now (10m, 2h) or an ISO time."""
+    if not text:
+        return None
+    try:
+        return duration(0, RETENTION[1])(text)
+    except argparse.ArgumentTypeError:
         try:
-            since_ms = round(duration(0, RETENTION[1])(args.since) * 1000)
-        except argparse.ArgumentTypeError:
-            try:
-                since_at = datetime.fromisoformat(args.since).astimezone()
-            except (ValueError, OverflowError):
-                raise ConfigError(
-                    f"--since takes a duration (10m, 2h) or an ISO time, got {args.since!r}"
-                ) from None
-    return EventQuery(
-        kinds=tuple(k for k in kinds if k != "job_reclaimed"),
-        reclaims="job_reclaimed" in kinds,
-        job_id=args.job,
-        tool=args.tool,
-        worker=args.worker,
-        since_ms=since_ms,
-        since_at=since_at,
-        limit=args.limit,
-    )
+            return datetime.fromisoformat(text).astimezone()
+        except (ValueError, OverflowError):
+            raise ConfigError(
+                f"--since takes a duration (10m, 2h) or an ISO time, got {text!r}"
+            ) from None
 
 
 async def _events(app: App, args: argparse.Namespace, console: Console) -> int:
-    rows = list(reversed(await (await app._store()).find_events(_event_query(args))))
+    found = await app.find_events(
+        kinds=args.kind or (),
+        job_id=args.job,
+        tool=args.tool,
+        worker=args.worker,
+        since=_since_option(args.since),
+        limit=args.limit,
+    )
+    rows = list(reversed(found))
     if args.json:
         for row in rows:
             print(json.dumps(row, default=str, separators=(",", ":")))
@@ -413,10 +387,7 @@ async def _events(app: App, args: argparse.Namespace, console: Console) -> int:
 
 
 async def _prune(app: App, args: argparse.Namespace, console: Console) -> int:
-    from ._observe._pruner import Pruner, PrunerConfig
-
-    pruner = Pruner(await app._store(), PrunerConfig(retention=args.older_than))
-    total = await (await app._store()).count_old_events(pruner.retention_ms, PRUNE_COUNT_CAP)
+    total = await app.prune_journal(args.older_than, dry_run=True)
     if args.dry_run:
         many = "at least " if total >= PRUNE_COUNT_CAP else ""
         console.print(f"would delete {many}{total} journal rows (dry run: nothing deleted)")
@@ -428,34 +399,28 @@ async def _prune(app: App, args: argparse.Namespace, console: Console) -> int:
         console=Console(stderr=True),
     ) as progress:
         task = progress.add_task("prune", total=total or 1)
-        deleted = await pruner.run_once(lambda n: progress.advance(task, n))
+        deleted = await app.prune_journal(
+            args.older_than, on_batch=lambda n: progress.advance(task, n)
+        )
         progress.update(task, completed=total or 1)
     console.print(f"deleted {deleted} journal rows")
     return 0
 
 
-async def _doctor(app: App, target: App | None, console: Console) -> int:
-    from ._observe._doctor import Check, doctor_steps
+async def _doctor(app: App, check_tools: bool, console: Console) -> int:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("doctor", total=None)
 
-    checks: list[Check] = []
-    try:
-        store = await open_store(app)
-    except (psycopg.Error, OSError) as exc:
-        checks.append(Check("connectivity", "fail", f"{type(exc).__name__}: {_one_line(exc)}"))
-    else:
-        steps = list(doctor_steps(store, target))
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TaskProgressColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        ) as progress:
-            task = progress.add_task("doctor", total=len(steps))
-            for label, run in steps:
-                progress.update(task, description=f"checking {label}")
-                checks.extend(await run())
-                progress.advance(task)
+        def step(label: str) -> None:
+            progress.update(task, description=f"checking {label}")
+
+        checks = await app.doctor(check_tools=check_tools, on_step=step)
     table = Table(title="tenure doctor", **TABLE)
     for column in ("CHECK", "STATUS", "DETAIL"):
         table.add_column(column, no_wrap=column != "DETAIL")
@@ -475,7 +440,7 @@ async def _dispatch(app: App, args: argparse.Namespace, target: App | None) -> i
     if args.command == "prune":
         return await _prune(app, args, console)
     if args.command == "doctor":
-        return await _doctor(app, target, console)
+        return await _doctor(app, target is not None, console)
     if args.command == "enqueue":
         job = await app.enqueue(
             args.tool,
@@ -496,7 +461,7 @@ async def _dispatch(app: App, args: argparse.Namespace, target: App | None) -> i
 
 async def _checked(app: App) -> None:
     try:
-        await schema_store(app)
+        await app.verify_schema()
     finally:
         await app.aclose()
 
@@ -519,8 +484,8 @@ def _dashboard(args: argparse.Namespace) -> int:
 
     token = os.environ.get(TOKEN_ENV) or None
     check_bind(args.host, token, args.allowed_host)  # before anything starts
-    app = load_app(args.app) if args.app else App()
-    app._migrate = False  # a read-only command: it checks the schema, never creates it
+    app = _load(args) if args.app else App(args.dsn)
+    app.auto_migrate = False  # a read-only command: it checks the schema, never creates it
     labels = ToolLabels()
     labels.register_specs(app.tools.values())
     try:
@@ -554,14 +519,14 @@ def _mcp(args: argparse.Namespace) -> int:
         if exc.name != "mcp":
             raise
         raise ConfigError(str(exc)) from None
-    return run_mcp(load_app(args.app), args)
+    return run_mcp(_load(args), args)
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from ._maintenance._pruner import JobPrunerConfig
-    from ._observe._pruner import PrunerConfig
+    from ._maintenance._job_pruner import JobPrunerConfig
+    from ._maintenance._journal_pruner import JournalPrunerConfig
 
-    app = load_app(args.app)
+    app = _load(args)
     worker = app.worker(
         concurrency=args.concurrency,
         claim_batch=args.claim_batch,
@@ -571,7 +536,7 @@ def _worker(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         journal_heartbeats=args.journal_heartbeats,
-        pruner=PrunerConfig(retention=args.journal_retention),
+        journal_pruner=JournalPrunerConfig(retention=args.journal_retention),
         job_pruner=JobPrunerConfig(
             enabled=args.prune_jobs != "off",
             scope="all" if args.prune_jobs == "all" else "tools",
@@ -588,7 +553,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _tools(args: argparse.Namespace) -> int:
     """The tools an agent would be shown: no database is needed for this."""
-    schemas = load_app(args.app).tool_schemas()
+    schemas = _load(args).tool_schemas()
     if args.json:
         print(json.dumps(schemas, indent=2, ensure_ascii=False))
         return 0
@@ -849,9 +814,17 @@ def _check_chaos(args: argparse.Namespace) -> None:
         raise ConfigError(f"--timeout must be a number of seconds in (0, {DAY:.0f}]")
 
 
+def _load(args: argparse.Namespace) -> App:
+    """The MODULE:APP the command names, pointed at ``--dsn`` when one was given, else at
+    the environment's DSN if the module built its app before one was set."""
+    app = load_app(args.app)
+    dsn = args.dsn or (None if app.configured_dsn else dsn_from_environment())
+    if dsn:
+        app.set_dsn(dsn)
+    return app
+
+
 def _run(args: argparse.Namespace) -> int:
-    if args.dsn:
-        os.environ["TENURE_DSN"] = args.dsn
     if args.command == "chaos":
         from ._chaos import chaos_command
 
@@ -861,12 +834,12 @@ def _run(args: argparse.Namespace) -> int:
         from ._demo import run_agent_demo, run_demo, run_pipeline_demo
 
         if args.agent:
-            return run_agent_demo(workers=args.workers)
+            return run_agent_demo(workers=args.workers, dsn=args.dsn)
         if args.pipeline:
-            return run_pipeline_demo(runs=args.runs, workers=args.workers)
-        return run_demo(jobs=args.jobs, workers=args.workers, linger=args.linger)
+            return run_pipeline_demo(runs=args.runs, workers=args.workers, dsn=args.dsn)
+        return run_demo(jobs=args.jobs, workers=args.workers, linger=args.linger, dsn=args.dsn)
     if args.command == "migrate":
-        app = App(migrate=False)
+        app = App(args.dsn, migrate=False)
         try:
             applied = migrate(app.dsn)
             print(f"schema up to date; applied now: {', '.join(map(str, applied)) or 'none'}")
@@ -881,19 +854,15 @@ def _run(args: argparse.Namespace) -> int:
         return _dashboard(args)
     if args.command == "mcp":
         return _mcp(args)
-    target = load_app(args.app) if getattr(args, "app", None) else None
-    if args.command == "doctor":  # must see an unmigrated schema as it is, not migrate it
-        app = App(target._dsn if target is not None else None, migrate=False)
-    else:
-        app = target or App(migrate=False)
-        # Only `enqueue --migrate` creates tables; a mistyped DSN gets NO_SCHEMA instead.
-        app._migrate = bool(getattr(args, "migrate", False))
+    target = _load(args) if getattr(args, "app", None) else None
+    app = target or App(args.dsn, migrate=False)
+    # Only `enqueue --migrate` creates tables; a mistyped DSN gets NO_SCHEMA instead, and
+    # the doctor must see an unmigrated schema as it is.
+    app.auto_migrate = args.command == "enqueue" and bool(args.migrate)
     try:
         return asyncio.run(_with_app(app, args, target))
     finally:
         app.close()
-        if target is not None and target is not app:
-            target.close()
 
 
 def _app_package(args: argparse.Namespace) -> tuple[str, ...]:
@@ -909,12 +878,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tenure: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     args = parser.parse_args(argv)
-    if args.log_format:
-        os.environ["TENURE_LOG_FORMAT"] = args.log_format
+    log_format = args.log_format or os.environ.get("TENURE_LOG_FORMAT", "text")
     configure_logging(
         args.log_level,
         others=args.log_level_others,
-        as_json=os.environ.get("TENURE_LOG_FORMAT") == "json",
+        as_json=log_format == "json",
         own=_app_package(args),
     )
     try:

@@ -8,7 +8,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
 from ._errors import ConfigError, PayloadError, PolicyError
-from ._waitpoint import OnTimeout, Suspend, Waitpoint
+from ._states import OnTimeout, OwnershipState
+from ._waitpoint import Suspend, Waitpoint
 from ._waitpoint import request_json as waitpoint_request
 from ._waitpoint import waitpoint as make_waitpoint
 from ._worker._ownership import Ownership
@@ -101,7 +102,7 @@ class Context:
         return self._ownership.remaining()
 
     @property
-    def ownership(self) -> str:
+    def ownership(self) -> OwnershipState:
         """``owned``, ``unknown``, ``lost`` or ``cancelled``."""
         return self._ownership.status
 

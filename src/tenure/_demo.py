@@ -25,16 +25,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import LiteralString
-
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ._app import App
+from ._dsn import child_environment, dsn_from_environment
 from ._errors import ConfigError
 from ._job import Job
-from ._store._store import QUERIES, migrate
+from ._store import fresh_database, migrate
+from .examples.case_service import effects_summary
 
 DEMO_DB = "tenure_demo"
 RECEIVER_DB = "tenure_demo_cases"
@@ -42,21 +39,6 @@ DEADLINE = 50.0
 PIPELINE_DEMO_DB = "tenure_demo_pipeline"
 TRACKER_DB = "tenure_demo_tracker"
 TOOLS = ("fetch_statement", "create_case", "capture_payment")
-
-
-def _q(name: str) -> LiteralString:
-    return QUERIES[name]
-
-
-def _fresh_database(server_dsn: str, name: str) -> str:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(server_dsn)
-    params["dbname"] = name
-    return make_conninfo("", **params)
 
 
 class _Receiver:
@@ -95,10 +77,7 @@ class _Receiver:
 
     def effects(self) -> tuple[int, int]:
         """(effects applied, idempotency keys applied more than once)."""
-        with psycopg.connect(self.dsn) as conn:
-            row = conn.execute(_q("demo_effects")).fetchone()
-        assert row is not None
-        return int(row[0]), int(row[1])
+        return effects_summary(self.dsn)
 
     def close(self) -> None:
         self.proc.terminate()
@@ -114,15 +93,15 @@ class _Demo:
         self.dsn = dsn
         self.receiver = receiver
         self.jobs = jobs
-        self.env = {**os.environ, "TENURE_DSN": dsn, "TENURE_DEMO_RECEIVER": receiver.url}
+        self.env = child_environment(dsn, TENURE_DEMO_RECEIVER=receiver.url)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.started = time.monotonic()
         self.notes: list[str] = []
         for _ in range(workers):
             self.spawn()
-        os.environ["TENURE_DSN"] = dsn  # the demo app reads it when first imported
         from ._demo_app import app
 
+        app.set_dsn(dsn)
         self.ops: App = app
 
     def spawn(self) -> str:
@@ -270,49 +249,31 @@ class _Demo:
         self.ops.close()
 
 
-def run_demo(*, jobs: int = 24, workers: int = 3, linger: float = 0.0) -> int:
+def run_demo(
+    *, jobs: int = 24, workers: int = 3, linger: float = 0.0, dsn: str | None = None
+) -> int:
     if not 1 <= jobs <= 1000 or not 2 <= workers <= 16:
         print("tenure: error: demo needs 1-1000 jobs and 2-16 workers", file=sys.stderr)
         return 2
-    server = None
-    server_dsn = os.environ.get("TENURE_DSN")
-    if not server_dsn:
-        from ._embedded import EmbeddedPostgres
+    from ._observe._dashboard import serve_dashboard
 
-        server = EmbeddedPostgres()
-        server_dsn = server.start()
-        print(f"embedded PostgreSQL started ({server_dsn})", flush=True)
-    scratch = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
-    dashboard = None
-    try:
-        dsn = _fresh_database(server_dsn, DEMO_DB)
-        migrate(dsn)
-        from ._observe._dashboard import serve_dashboard
-
+    with contextlib.ExitStack() as cleanup:
+        dsn, receiver, _ = _setting(cleanup, dsn, DEMO_DB, RECEIVER_DB, "receiver")
         dashboard = serve_dashboard(dsn, poll_interval=0.5)  # loopback, free port, read-only
+        cleanup.callback(dashboard.stop)
         print(f"dashboard (live while the demo runs): {dashboard.url}", flush=True)
-        receiver = _Receiver(_fresh_database(server_dsn, RECEIVER_DB), scratch / "decisions.jsonl")
-        print(f"example case service listening at {receiver.url}", flush=True)
+        demo = _Demo(dsn, receiver, jobs, workers)
         try:
-            demo = _Demo(dsn, receiver, jobs, workers)
-            try:
-                return demo.run()
-            finally:
-                demo.close()
-                if linger > 0:  # let a human look at the dashboard after the report
-                    print(f"dashboard stays up for {linger:g} s at {dashboard.url}", flush=True)
-                    time.sleep(linger)
+            return demo.run()
         finally:
-            receiver.close()
-    finally:
-        if dashboard is not None:
-            dashboard.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
-        if server is not None:
-            server.stop()
+            demo.close()
+            if linger > 0:  # let a human look at the dashboard after the report
+                print(f"dashboard stays up for {linger:g} s at {dashboard.url}", flush=True)
+                time.sleep(linger)
+    return 1  # unreachable; mypy cannot see that ExitStack does not swallow
 
 
-def run_pipeline_demo(*, runs: int = 6, workers: int = 3) -> int:
+def run_pipeline_demo(*, runs: int = 6, workers: int = 3, dsn: str | None = None) -> int:
     """`tenure demo --pipeline`: ADR 0067's review pipeline under SIGKILL.
 
     The pipeline and the demo live in tenure.examples.review(_demo); this sets up
@@ -324,7 +285,7 @@ def run_pipeline_demo(*, runs: int = 6, workers: int = 3) -> int:
     from .examples.review_demo import ReviewDemo
 
     with contextlib.ExitStack() as cleanup:
-        dsn, tracker, _ = _setting(cleanup, PIPELINE_DEMO_DB, TRACKER_DB, "tracker")
+        dsn, tracker, _ = _setting(cleanup, dsn, PIPELINE_DEMO_DB, TRACKER_DB, "tracker")
         demo = ReviewDemo(dsn, tracker, runs, workers)
         cleanup.callback(demo.close)
         return demo.run()
@@ -332,12 +293,16 @@ def run_pipeline_demo(*, runs: int = 6, workers: int = 3) -> int:
 
 
 def _setting(
-    cleanup: contextlib.ExitStack, database: str, receiver_database: str, role: str
+    cleanup: contextlib.ExitStack,
+    server_dsn: str | None,
+    database: str,
+    receiver_database: str,
+    role: str,
 ) -> tuple[str, _Receiver, Path]:
-    """A fresh migrated ``database`` (on TENURE_DSN's server, else an embedded one), the
-    example case service on a fresh ``receiver_database``, and a scratch directory; all
-    cleaned up with ``cleanup``."""
-    server_dsn = os.environ.get("TENURE_DSN")
+    """A fresh migrated ``database`` (on the given server, else TENURE_DSN's, else an
+    embedded one), the example case service on a fresh ``receiver_database``, and a
+    scratch directory; all cleaned up with ``cleanup``."""
+    server_dsn = server_dsn or dsn_from_environment()
     if not server_dsn:
         from ._embedded import EmbeddedPostgres
 
@@ -347,17 +312,15 @@ def _setting(
         print(f"embedded PostgreSQL started ({server_dsn})", flush=True)
     scratch = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
     cleanup.callback(shutil.rmtree, scratch, ignore_errors=True)
-    dsn = _fresh_database(server_dsn, database)
+    dsn = fresh_database(server_dsn, database)
     migrate(dsn)
-    receiver = _Receiver(
-        _fresh_database(server_dsn, receiver_database), scratch / "decisions.jsonl"
-    )
+    receiver = _Receiver(fresh_database(server_dsn, receiver_database), scratch / "decisions.jsonl")
     cleanup.callback(receiver.close)
     print(f"{role} (example case service) listening at {receiver.url}", flush=True)
     return dsn, receiver, scratch
 
 
-def run_agent_demo(*, workers: int = 3) -> int:
+def run_agent_demo(*, workers: int = 3, dsn: str | None = None) -> int:
     """`tenure demo --agent`: the pydantic-ai agent of tenure.examples.agent, whose tool call
     outlives a worker SIGKILLed in the middle of it; needs the pydantic-ai extra."""
     if not 2 <= workers <= 16:
@@ -369,7 +332,7 @@ def run_agent_demo(*, workers: int = 3) -> int:
         )
         return 2
     with contextlib.ExitStack() as cleanup:
-        dsn, receiver, scratch = _setting(cleanup, DEMO_DB, RECEIVER_DB, "receiver")
+        dsn, receiver, scratch = _setting(cleanup, dsn, DEMO_DB, RECEIVER_DB, "receiver")
         demo = _AgentDemo(dsn, receiver, scratch / "conversation.json", workers)
         cleanup.callback(demo.close)
         return demo.run()

@@ -125,6 +125,13 @@ def dsn_from_environment() -> str | None:
     return read_dsn_file(path) if path is not None else inline
 
 
+def child_environment(dsn: str, **extra: str) -> dict[str, str]:
+    """This process's environment for a child that must use ``dsn``: ``TENURE_DSN`` set,
+    ``TENURE_DSN_FILE`` dropped (a child given both refuses to start)."""
+    env = {k: v for k, v in os.environ.items() if k != "TENURE_DSN_FILE"}
+    return {**env, **extra, "TENURE_DSN": dsn}
+
+
 def read_dsn_file(path: str) -> str:
     """The DSN in the file at `path` (surrounding whitespace and newlines removed)."""
     try:

@@ -198,3 +198,11 @@ class OutcomeUnknown(ToolError):
     """The side effect may or may not have happened; retry with the same idempotency key."""
 
     code = "outcome_unknown"
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its first non-empty line, else its type's name."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__

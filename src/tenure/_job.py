@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-JobState = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
-TERMINAL_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+from ._states import TERMINAL_STATES, JobState
 
 
 @dataclass(frozen=True, slots=True)

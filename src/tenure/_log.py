@@ -10,7 +10,8 @@ through `LineFormatter` (see `configure_logging`), which stamps every line
 
 Events carry ids, tokens, codes and durations only — never payloads, results
 or error messages, which may hold personal data. The catalogue of kinds, and
-who emits and journals each, is ``tenure._observe._events.EVENTS``.
+who emits and journals each, is ``tenure.telemetry.EVENTS``; users attach handlers
+through ``tenure.telemetry.attach``.
 """
 
 from __future__ import annotations
@@ -73,6 +74,15 @@ class Event:
 
 
 Handler = Callable[[Event], None]
+
+
+def _json_from_environment() -> bool:
+    return os.environ.get("TENURE_LOG_FORMAT") == "json"
+
+
+# Whether event lines are JSON objects, as `configure_logging` was told; None until then,
+# when TENURE_LOG_FORMAT says (a program embedding tenure configures its own logging).
+_as_json: bool | None = None
 
 # The attribute of a LogRecord that carries an event's fields (see `emit`), so a
 # formatter can lay the line out itself instead of parsing the message.
@@ -193,8 +203,8 @@ def emit(logger: logging.Logger, event: Event) -> None:
         except Exception:
             _handler_errors.exception("telemetry handler %r failed on %s", handler, event.kind)
     if logger.isEnabledFor(event.level):
-        as_json = os.environ.get("TENURE_LOG_FORMAT") == "json"
         record = event.record()
+        as_json = _as_json if _as_json is not None else _json_from_environment()
         logger.log(event.level, format_line(record, as_json=as_json), extra={EVENT_FIELDS: record})
 
 
@@ -248,9 +258,11 @@ def configure_logging(
     logger already has handlers (the program embedding tenure configured logging);
     returns whether it configured.
     """
+    global _as_json
     root = logging.getLogger()
     if root.handlers:
         return False
+    _as_json = as_json
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(LineFormatter(as_json=as_json))
     root.addHandler(handler)

@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 from ._errors import PolicyError
 from ._payload import MAX_PAYLOAD_BYTES, encode
+from ._states import OnTimeout
 
-OnTimeout = Literal["resume", "fail"]
 MIN_TIMEOUT = 1.0
 MAX_TIMEOUT = 365 * 24 * 3600.0
 NAME_MAX = 100

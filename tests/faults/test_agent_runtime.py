@@ -177,7 +177,7 @@ def test_a_stale_owners_progress_is_refused(tenure_dsn: str) -> None:
     """Progress is fenced like a heartbeat: the owner and token that hold the lease now."""
     from tests.store.helpers import new_job
 
-    from tenure._store._store import LeaseConnection, Store
+    from tenure._store import LeaseConnection, Store
 
     async def scenario() -> None:
         store = Store(tenure_dsn)

@@ -23,7 +23,7 @@ from tests.support.waiting import wait_until
 from tests.support.workers import Journal, WorkerGroup
 
 from tenure._embedded import EmbeddedPostgres
-from tenure._store._store import migrate
+from tenure._store import migrate
 
 pytestmark = [pytest.mark.storage, pytest.mark.slow]
 

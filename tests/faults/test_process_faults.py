@@ -26,7 +26,7 @@ from tests.support.workers import Journal, WorkerGroup, WorkerProcess, wait_job
 
 from tenure import App
 from tenure._chaos._proxy import FaultProxy, rewrite_dsn
-from tenure._store._store import QUERIES
+from tenure._store import QUERIES
 
 pytestmark = pytest.mark.storage
 

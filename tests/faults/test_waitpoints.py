@@ -23,7 +23,7 @@ from tenure import App
 from tenure._embedded import EmbeddedPostgres
 from tenure._observe._dashboard import create_dashboard
 from tenure._observe._http import ServerThread
-from tenure._store._store import migrate
+from tenure._store import migrate
 
 pytestmark = pytest.mark.storage
 

@@ -12,12 +12,11 @@ import inspect
 import threading
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from tests.fence.helpers import REPO_ROOT, count_rows, unique
+from tests.fence.helpers import count_rows, unique
 from tests.support.waiting import wait_until, wait_until_async
 
 from tenure._errors import ConfigError, StaleFence
@@ -558,11 +557,3 @@ def test_migrations_are_idempotent(fence_dsn: str) -> None:
 def test_every_named_query_is_used() -> None:
     plans = inspect.getsource(_core)
     assert {name for name in QUERIES if f'"{name}"' not in plans} == set()
-    example = Path(REPO_ROOT, "src", "tenure", "examples")
-    service = (example / "case_service.py").read_text()
-    names = [
-        line.split(":", 1)[1].strip()
-        for line in (example / "case_service.sql").read_text().splitlines()
-        if line.startswith("-- name:")
-    ]
-    assert names and all(f'QUERIES["{name}"]' in service for name in names)

@@ -23,7 +23,7 @@ from tests.observe.observe_app import build_app
 from tests.support.cli import assert_one_line_error, run_tenure
 from tests.support.schemas import fresh_schema_dsn
 
-from tenure._store._store import migrate
+from tenure._store import migrate
 
 # slow: CI runs it once (246 subprocesses); it checks the command's argument handling, which
 # does not depend on the server version.

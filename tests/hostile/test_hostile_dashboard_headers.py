@@ -27,7 +27,7 @@ from tests.support.schemas import fresh_schema_dsn
 
 from tenure._observe._dashboard import MAX_FORM_BYTES, _Sessions, create_dashboard
 from tenure._observe._http import ServerThread
-from tenure._store._store import Store, migrate
+from tenure._store import Store, migrate
 
 pytestmark = pytest.mark.storage
 

@@ -28,7 +28,7 @@ from tests.support.servers import dsn_password, socket_owner
 from tests.support.waiting import wait_until
 
 import tenure
-from tenure._store._store import connect_options, migrate, prepared_statements
+from tenure._store import connect_options, migrate, prepared_statements
 
 pytestmark = pytest.mark.storage
 

@@ -15,7 +15,7 @@ import pytest
 from tests.support.waiting import wait_until_async
 
 import tenure
-from tenure._store._store import Finish, Store
+from tenure._store import Finish, Store
 
 pytestmark = pytest.mark.storage
 

@@ -8,8 +8,8 @@ from tests.maintenance.conftest import rows
 from tests.store.helpers import new_job
 
 from tenure import App, PolicyError
-from tenure._maintenance._pruner import JobPruner, JobPrunerConfig
-from tenure._store._store import Finish, NewJob, Store
+from tenure._maintenance._job_pruner import JobPruner, JobPrunerConfig
+from tenure._store import Finish, NewJob, Store
 
 pytestmark = pytest.mark.storage
 

@@ -24,7 +24,7 @@ from tests.support.waiting import wait_until
 from tests.support.workers import WorkerGroup
 
 from tenure import PayloadError, PolicyError
-from tenure._store._store import QUERIES, Finish, NewJob, Store
+from tenure._store import QUERIES, Finish, NewJob, Store
 
 pytestmark = pytest.mark.storage
 

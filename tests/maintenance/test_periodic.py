@@ -20,7 +20,7 @@ from tests.support.workers import WorkerGroup
 
 from tenure import App
 from tenure._maintenance._scheduler import Scheduler
-from tenure._store._store import Store
+from tenure._store import Store
 
 pytestmark = pytest.mark.storage
 

@@ -6,7 +6,7 @@ import pytest
 from tests.maintenance.maintenance_app import build_app
 
 from tenure import PolicyError
-from tenure._store._store import Store
+from tenure._store import Store
 
 pytestmark = pytest.mark.storage
 

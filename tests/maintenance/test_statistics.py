@@ -13,7 +13,8 @@ from tests.store.helpers import new_job
 
 from tenure import PolicyError
 from tenure._maintenance._statistics import StatisticsConfig, StatisticsKeeper
-from tenure._store._store import BULK_ANALYZE_MIN, Store
+from tenure._store import Store
+from tenure._store._connection import BULK_ANALYZE_MIN
 
 pytestmark = pytest.mark.storage
 

@@ -33,8 +33,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from tests.store.helpers import new_job
 
 from tenure import StaleFence
-from tenure._store import _store as store_module
-from tenure._store._store import Finish, LeaseConnection, Store
+from tenure._store import Finish, LeaseConnection, Store
+from tenure._store import _connection as store_module
 from tenure.fence import SyncFenceGuard, migrate_fence
 from tenure.fence import _guard as guard_module
 

@@ -10,7 +10,7 @@ from tests.observe.observe_app import build_app
 from tests.support.workers import Journal, WorkerGroup, closing_app
 
 from tenure import App
-from tenure._store._store import Store
+from tenure._store import Store
 
 JOURNAL_KEY = "observe-tests-journal-key"
 APP = "tests.observe.observe_app:app"

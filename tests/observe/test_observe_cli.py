@@ -18,7 +18,7 @@ from tests.store.helpers import new_job
 from tests.support.workers import REPO_ROOT
 
 from tenure._cli import main
-from tenure._store._store import Store
+from tenure._store import Store
 
 pytestmark = pytest.mark.storage
 
@@ -105,7 +105,14 @@ async def test_doctor_checks_everything_and_prune_deletes_old_rows(
     await _reclaimed(store)
     code, out, _ = await asyncio.to_thread(run, capsys, "doctor", "tests.observe.observe_app:app")
     assert code == 0, out
-    for check in ("connectivity", "schema", "clock", "indexes", "plan claim", "plan extend_leases"):
+    for check in (
+        "connectivity",
+        "schema",
+        "clock",
+        "indexes",
+        "query plan claim",
+        "query plan extend_leases",
+    ):
         assert re.search(rf"{check}\s+(ok|warn)", out), (check, out)
     assert re.search(r"policy echo\s+ok\s+L 1\.5 > R·H \+ J = 2·0\.3 \+ 0\.5 = 1\.1 s", out)
     assert re.search(r"policy watched\s+ok", out)

@@ -15,13 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from tenure import App, PolicyError
 from tenure._errors import ConfigError
 from tenure._log import Event, attach, log_event
+from tenure._maintenance._journal_pruner import JournalPrunerConfig
 from tenure._observe._dashboard import check_bind
 from tenure._observe._events import EVENTS, JOURNAL_KINDS, OWNERSHIP_KINDS, WRITER_KINDS
 from tenure._observe._fence import FenceObserver
 from tenure._observe._http import bounded_dsn, is_loopback
 from tenure._observe._journal import JournalWriter, journal_key, payload_hmac, to_row
 from tenure._observe._metrics import NOT_EMITTED, OTHER, Metrics, ToolLabels, render
-from tenure._observe._pruner import PrunerConfig
 from tenure.fence import FenceDecision
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -259,11 +259,11 @@ def test_scrape_connections_carry_a_statement_timeout_and_keep_their_options() -
 
 
 def test_pruner_config_is_checked_eagerly_with_a_hint() -> None:
-    assert PrunerConfig().retention == 14 * 86400
+    assert JournalPrunerConfig().retention == 14 * 86400
     with pytest.raises(PolicyError, match="outside"):
-        PrunerConfig(retention=1)
+        JournalPrunerConfig(retention=1)
     with pytest.raises(PolicyError, match="did you mean 'retention'"):
-        PrunerConfig.from_options(retension=3600)
+        JournalPrunerConfig.from_options(retension=3600)
 
 
 def _decision(outcome: str, scope: str | None, key: str | None) -> FenceDecision:

@@ -15,7 +15,7 @@ from tests.store.helpers import new_job
 from tenure._observe._dashboard import MAX_SESSIONS, _Sessions, create_dashboard
 from tenure._observe._http import ServerThread
 from tenure._observe._pages import pipelines_table
-from tenure._store._store import Store
+from tenure._store import Store
 
 pytestmark = pytest.mark.storage
 

@@ -11,11 +11,11 @@ import pytest
 from tests.store.helpers import new_job
 
 from tenure._log import Event
-from tenure._observe._doctor import check_indexes, check_schema, plan_scans
+from tenure._maintenance._journal_pruner import JournalPruner, JournalPrunerConfig
+from tenure._observe._doctor import check_indexes, check_schema, query_plan_scans
 from tenure._observe._journal import JournalWriter
 from tenure._observe._metrics import DatabaseGauges, ToolLabels
-from tenure._observe._pruner import Pruner, PrunerConfig
-from tenure._store._store import EventQuery, Finish, JournalRow, Store
+from tenure._store import EventQuery, Finish, JournalRow, Store
 
 pytestmark = pytest.mark.storage
 
@@ -136,7 +136,7 @@ def _row(kind: str, age_ms: int) -> JournalRow:
 async def test_pruner_deletes_old_rows_in_bounded_batches(store: Store) -> None:
     await store.record_events([_row("succeeded", 30 * DAY_MS) for _ in range(7)])
     await store.record_events([_row("succeeded", 0) for _ in range(3)])
-    pruner = Pruner(store, PrunerConfig(retention=14 * 86400, batch=3))
+    pruner = JournalPruner(store, JournalPrunerConfig(retention=14 * 86400, batch=3))
     assert await store.count_old_events(pruner.retention_ms, 100) == 7
     batches: list[int] = []
     assert await pruner.run_once(batches.append) == 7
@@ -175,7 +175,7 @@ async def test_every_observability_statement_runs_and_uses_its_index(
     assert all(c.status == "ok" for c in checks), checks
 
     def uses(plan: Any, index: str) -> bool:
-        used, scanned = plan_scans(plan)
+        used, scanned = query_plan_scans(plan)
         return index in used and "tenure_jobs" not in scanned and "tenure_events" not in scanned
 
     assert uses(await store.explain("notable_events", {"limit": 40}), "tenure_events_notable")

@@ -18,7 +18,7 @@ from tenure._observe._dashboard import create_dashboard
 from tenure._observe._events import EVENTS
 from tenure._observe._http import ServerThread
 from tenure._observe._metrics import LOSS_REASONS, NOT_EMITTED, OTHER, TOOL_CAP, ToolLabels
-from tenure._store._store import Store
+from tenure._store import Store
 
 pytestmark = pytest.mark.storage
 

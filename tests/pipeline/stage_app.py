@@ -30,10 +30,10 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+import tenure._store as _store
 from tenure import App, Context, Stage, Verdict
 from tenure._pipeline import _engine
 from tenure._pipeline._model import run_of_key
-from tenure._store import _store
 
 LEASE = 1.5
 HEARTBEAT = 0.3

@@ -14,8 +14,8 @@ import pytest
 import tenure
 from tenure import Context, Stage, Verdict
 from tenure._pipeline._model import Graph, run_of_key
-from tenure._pipeline._planner import Outcome, plan_outcome
-from tenure._store._store import RunRow, StageRow
+from tenure._pipeline._transitions import Outcome, decide_outcome
+from tenure._store import RunRow, StageRow
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -136,7 +136,7 @@ def test_a_join_waits_then_opens_with_the_merged_context() -> None:
     run, rows = picture(
         graph, [("a", 1, "succeeded", []), ("b", 1, "open", []), ("c", 1, "open", [])]
     )
-    first = plan_outcome(graph, run, rows, rows[1], Outcome("succeeded", {"b_out": 1}, "{}"))
+    first = decide_outcome(graph, run, rows, rows[1], Outcome("succeeded", {"b_out": 1}, "{}"))
     (waiting,) = first.new
     assert (waiting.name, waiting.round, waiting.state, waiting.arrived) == (
         "j",
@@ -155,7 +155,7 @@ def test_a_join_waits_then_opens_with_the_merged_context() -> None:
             ("j", 1, "waiting", ["b"]),
         ],
     )
-    second = plan_outcome(graph, run, rows, rows[2], Outcome("succeeded", {"c_out": 2}, "{}"))
+    second = decide_outcome(graph, run, rows, rows[2], Outcome("succeeded", {"c_out": 2}, "{}"))
     (opened,) = second.new
     assert (opened.name, opened.round, opened.state, opened.arrived) == ("j", 1, "open", ("b", "c"))
     assert opened.payload_json is not None and '"c_out":2' in opened.payload_json
@@ -168,7 +168,7 @@ def test_a_missing_argument_fails_the_stage_and_the_run_with_a_clear_reason() ->
     ).graph
     run, rows = picture(graph, [("a", 1, "open", [])])
     run = RunRow(*[getattr(run, f) if f != "context" else {} for f in RunRow.__dataclass_fields__])
-    plan = plan_outcome(
+    plan = decide_outcome(
         graph, run, rows, rows[0], Outcome("succeeded", {"verdict": "approve"}, "{}")
     )
     assert plan.job_state == "failed" and plan.new == ()

@@ -17,7 +17,7 @@ from tests.pipeline.pipeline_support import Tables
 import tenure
 from tenure import Context, Stage, Verdict
 from tenure._maintenance._rescuer import Rescuer, RescuerConfig
-from tenure._store._store import Finish, Store
+from tenure._store import Finish, Store
 
 pytestmark = pytest.mark.storage
 

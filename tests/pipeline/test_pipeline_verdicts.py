@@ -20,7 +20,7 @@ import tenure
 from tenure import Context, Stage, Verdict
 from tenure._payload import encode
 from tenure._pipeline._engine import Transitions
-from tenure._store._store import ClaimedJob, Finish, Store
+from tenure._store import ClaimedJob, Finish, Store
 
 pytestmark = pytest.mark.storage
 

@@ -21,6 +21,7 @@ HANDED_OUT: dict[str, int] = {}  # what the gate "sent" the reviewer: run:stage 
 
 @pytest.fixture
 async def app(tenure_dsn: str) -> AsyncIterator[tenure.App]:
+    HANDED_OUT.clear()  # run ids restart at 1 in every test's schema
     app = tenure.App(tenure_dsn)
 
     @app.tool(lease=3, heartbeat=0.5, jitter=1)

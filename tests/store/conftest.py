@@ -2,7 +2,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tenure._store._store import Store
+from tenure._store import Store
 
 pytestmark = pytest.mark.storage
 

@@ -1,7 +1,7 @@
 """Small builders for store-level tests."""
 
 from tenure._payload import encode, fingerprint
-from tenure._store._store import NewJob
+from tenure._store import NewJob
 
 
 def new_job(key: str, tool: str = "t", payload: object = None, attempts: int = 3) -> NewJob:

@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 from tests.store.helpers import new_job
 
-from tenure._store._store import Store
+from tenure._store import Store
 
 pytestmark = pytest.mark.storage
 
@@ -64,7 +64,7 @@ async def test_expired_lease_is_reclaimed_with_a_higher_token(store: Store) -> N
     assert again.token > first.token
     assert again.attempt == 2
     assert (again.previous_owner, again.previous_token) == ("w1", first.token)
-    events = await store.job_events(first.id)
+    events = await store.job_timeline(first.id)
     # The expired lease is journaled under its own token and attempt, then the reclaim.
     assert [e["kind"] for e in events] == ["job_claimed", "lease_expired", "job_claimed"]
     assert (events[1]["token"], events[1]["attempt"], events[1]["worker"]) == (first.token, 1, "w1")

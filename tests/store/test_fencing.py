@@ -6,7 +6,7 @@ import pytest
 from tests.store.helpers import new_job
 from tests.support.waiting import wait_until_async
 
-from tenure._store._store import ClaimedJob, Finish, LeaseConnection, Store
+from tenure._store import ClaimedJob, Finish, LeaseConnection, Store
 
 pytestmark = pytest.mark.storage
 
@@ -103,7 +103,7 @@ async def test_release_refunds_the_attempt(store: Store) -> None:
     assert verdict == {job.id: True}
     row = await store.get_job(job.id)
     assert row.state == "queued" and row.attempt == 0
-    assert [e["kind"] for e in await store.job_events(job.id)] == ["job_claimed", "released"]
+    assert [e["kind"] for e in await store.job_timeline(job.id)] == ["job_claimed", "released"]
 
 
 async def test_cancel_makes_the_owner_lose_its_lease(store: Store, tenure_dsn: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 from tests.store.helpers import new_job
 from tests.support.waiting import wait_until
 
-from tenure._store._store import ClaimedJob, Extension, Finish, Store
+from tenure._store import ClaimedJob, Extension, Finish, Store
 from tenure._worker._heartbeat import HeartbeatThread, Held
 from tenure._worker._ownership import Ownership
 
@@ -133,5 +133,5 @@ async def test_a_beat_that_crosses_the_jobs_own_commit_reports_no_loss(
         beats = len(recorded.snapshot())
         wait_until(lambda: len(recorded.snapshot()) >= beats + 2, timeout=20, message="beats")
     assert ended == [(gone.id, "zero_rows")]
-    lost = [e for e in await store.job_events(mine.id) if e["kind"] == "heartbeat_lost"]
+    lost = [e for e in await store.job_timeline(mine.id) if e["kind"] == "heartbeat_lost"]
     assert lost == []

@@ -15,7 +15,7 @@ import pytest
 from tests.store.helpers import new_job
 
 from tenure import App, Context
-from tenure._store._store import Finish, Store
+from tenure._store import Finish, Store
 from tenure._worker._completer import Completer
 from tenure._worker._ownership import Ownership
 

@@ -25,7 +25,7 @@ from tests.support.storm.harness import faketime_library
 from tests.support.storm.storm import StormPlan, StormResult, run_storm
 
 from tenure._embedded import EmbeddedPostgres
-from tenure._store._store import migrate
+from tenure._store import migrate
 
 # Storage tests, and heavy: .ci/run runs the slow ones once (on the embedded server),
 # not again in its PostgreSQL 15 pass (they also pass there; see the report of issue 7).

@@ -48,3 +48,75 @@ def test_the_fence_observer_is_exported_but_loaded_only_when_asked_for() -> None
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.split()
     assert out == ["False", "True", "tenure._observe._fence"]
+
+
+def test_telemetry_and_states_surfaces() -> None:
+    import tenure.states
+    import tenure.telemetry
+
+    for module in (tenure.telemetry, tenure.states):
+        assert len(set(module.__all__)) == len(module.__all__)
+        assert sorted(module.__all__) == _public(module)
+    assert "job_claimed" in tenure.telemetry.EVENTS
+    assert tenure.telemetry.EVENTS["job_claimed"].kind == "job_claimed"
+    assert tenure.states.has_ended("failed") and not tenure.states.has_ended("waiting")
+
+
+def test_attach_hands_events_to_the_handler_until_detached() -> None:
+    import logging
+
+    from tenure._log import log_event
+    from tenure.telemetry import Event, attach
+
+    seen: list[Event] = []
+    detach = attach(seen.append, kinds={"lease_expired"})
+    try:
+        log_event(logging.getLogger("t"), "lease_expired", job=7, token=3)
+        log_event(logging.getLogger("t"), "job_claimed", job=8, token=4)
+    finally:
+        detach()
+    log_event(logging.getLogger("t"), "lease_expired", job=9, token=5)
+    assert [(e.kind, e.job, e.token) for e in seen] == [("lease_expired", 7, 3)]
+
+
+def test_examples_import_only_public_names() -> None:
+    """The examples are what users copy: nothing in them may reach into tenure's privates
+    (or up out of their package, where a copy would not find it)."""
+    import ast
+    from pathlib import Path
+
+    examples = Path(tenure.__file__).parent / "examples"
+    offending: list[str] = []
+    for path in sorted(examples.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or "", *(a.name for a in node.names)]
+                upward = node.level > 1
+            elif isinstance(node, ast.Import):
+                names, upward = [a.name for a in node.names], False
+            else:
+                continue
+            parts = [p for name in names for p in name.split(".")]
+            if upward or any(p.startswith("_") and p != "__future__" for p in parts):
+                offending.append(f"{path.name}:{node.lineno}")
+    assert offending == []
+
+
+def test_every_async_app_method_has_a_generated_blocking_twin() -> None:
+    import inspect
+
+    from tenure import App
+
+    coroutines = {
+        name
+        for name, member in vars(App).items()
+        if not name.startswith("_") and inspect.iscoroutinefunction(member)
+    }
+    assert {"enqueue", "wait", "find_events", "doctor"} <= coroutines
+    for name in coroutines - {"aclose"}:  # close() is aclose's blocking form
+        twin = getattr(App, f"{name}_sync", None)
+        assert twin is not None, f"App.{name} has no App.{name}_sync"
+        assert twin.__wrapped__ is vars(App)[name], f"App.{name}_sync is written by hand"
+        assert inspect.signature(twin) == inspect.signature(vars(App)[name]).replace(
+            return_annotation=inspect.signature(twin).return_annotation
+        )

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from tenure._store import QUERIES
 from tenure._store._queries import parse_queries
-from tenure._store._store import QUERIES
 
 SOURCE = Path(__file__).resolve().parents[2] / "src" / "tenure"
 

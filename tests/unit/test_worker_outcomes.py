@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from tenure import Context
 from tenure._policy import ToolPolicy
 from tenure._registry import make_spec
-from tenure._store._store import MAX_RECONNECT_DELAY, ClaimedJob, _PromptReconnect
+from tenure._store import MAX_RECONNECT_DELAY, ClaimedJob, PromptReconnect
 from tenure._worker._executor import Abandoned, Executor
 from tenure._worker._ownership import Ownership
 
@@ -81,7 +81,7 @@ async def test_a_threaded_result_after_a_cancel_is_discarded_whatever_arrives_fi
 def test_a_pool_reconnects_within_a_fraction_of_a_second() -> None:
     """The pool's reconnection schedule after an outage: prompt, and never a backoff that
     grew to seconds while the server was away."""
-    attempt = _PromptReconnect(timeout=300)
+    attempt = PromptReconnect(timeout=300)
     delays = []
     now = 0.0
     for _ in range(30):

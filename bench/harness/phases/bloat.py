@@ -31,7 +31,7 @@ def claim_only(h: Harness, n: int) -> dict[str, Any]:
     asyncio.run(h.enqueue_bulk("tenure", n))
     c = h.db()
     c.execute("ANALYZE tenure_jobs")
-    from tenure._store._store import QUERIES
+    from tenure._store import QUERIES
 
     plan_ms, scans, plan_text = None, [], None
     with contextlib.suppress(Exception), c.transaction(force_rollback=True):
@@ -54,7 +54,7 @@ def claim_only(h: Harness, n: int) -> dict[str, Any]:
         walk(plan["Plan"])
 
     async def go() -> list[float]:
-        from tenure._store._store import Store
+        from tenure._store import Store
 
         store = Store(h.cfg.dsn, max_size=1)
         await store.open()

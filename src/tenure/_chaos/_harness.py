@@ -258,6 +258,7 @@ class Workers(Generic[W]):
             "PYTHONUNBUFFERED": "1",
         }
         child_env.pop("TENURE_LOG_FORMAT", None)  # logs are read as key=value lines
+        child_env.pop("TENURE_DSN_FILE", None)  # TENURE_DSN is the one
         log_path = self.workdir / f"worker-{name}.log"
         log = log_path.open(self.log_mode)  # closed by close()
         self._files.append(log)

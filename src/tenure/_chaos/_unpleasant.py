@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import socket
 import sys
@@ -39,10 +38,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import psycopg
-from psycopg.rows import dict_row
-
-from .._store._store import QUERIES
+from .._dsn import dsn_from_environment
+from .._states import has_ended
 from ._harness import Supervisor, wait_for
 from ._history import read_history
 from ._proxy import FaultProxy
@@ -195,21 +192,6 @@ def resend(raw: bytes, host: str, port: int, timeout: float = 30.0) -> HttpExcha
     return HttpExchange(raw, status, headers, body)
 
 
-def _job(dsn: str, job_id: int) -> dict[str, Any]:
-    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row, connect_timeout=10) as c:
-        row = c.execute(QUERIES["chaos_job"], {"id": job_id}).fetchone()
-    assert row is not None, f"job {job_id} vanished"
-    return row
-
-
-def _outcomes_by(dsn: str, job_id: int, worker: str) -> int:
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as c:
-        row = c.execute(
-            QUERIES["chaos_outcomes_by"], {"job_id": job_id, "worker": worker}
-        ).fetchone()
-    return int(row[0]) if row else 0
-
-
 def run_chaos(
     app_target: str,
     tool: str,
@@ -228,10 +210,8 @@ def run_chaos(
     from .._cli import load_app
 
     began = time.monotonic()
-    if dsn:
-        os.environ["TENURE_DSN"] = dsn  # before the app module builds its App
     loaded = load_app(app_target)
-    given = dsn or os.environ.get("TENURE_DSN")
+    given = dsn or dsn_from_environment()
     # The app object may have been built before the DSN was known (a module imported
     # earlier): enqueue through an App on the right server that shares its tools.
     app = App(given, signing_key=loaded.signing_key) if given else loaded
@@ -276,17 +256,17 @@ def run_chaos(
         report.job_id = job.id
         say(f"job {job.id} queued; waiting for W1 to send its request")
         wait_for(cut.is_set, limit, "W1 never sent a request to the receiver")
-        report.w1_token = _job(target, job.id)["token"]
+        report.w1_token = app.job_detail_sync(job.id)["token"]
         say(f"W1 (token {report.w1_token}) sent; its database link is cut")
         w2_url = receiver_proxy("w2-receiver", None)
         supervisor.spawn("chaos-w2", proxy=False, env={receiver_env: w2_url})
         wait_for(
-            lambda: _job(target, job.id)["state"] in ("succeeded", "failed", "cancelled"),
+            lambda: has_ended(app.job_detail_sync(job.id)["state"]),
             limit,
             f"job {job.id} did not end within {limit:g} s",
             interval=0.1,
         )
-        row = _job(target, job.id)
+        row = app.job_detail_sync(job.id)
         report.final_state, report.final_token = row["state"], row["token"]
         report.final_owner = row["owner"]
         claims = [
@@ -329,7 +309,10 @@ def run_chaos(
             wait_for(w1_noticed, lease + 15.0, "W1 never noticed", interval=0.1)
         except TimeoutError:
             report.notes.append("W1 logged nothing about losing the job after the heal")
-        report.w1_outcomes_after_cut = _outcomes_by(target, job.id, "chaos-w1")
+        outcomes = app.find_events_sync(
+            kinds=("succeeded", "failed", "retried", "released"), job_id=job.id, worker="chaos-w1"
+        )
+        report.w1_outcomes_after_cut = len(outcomes)
     finally:
         supervisor.close()
         for proxy in proxies:

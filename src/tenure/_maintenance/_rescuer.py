@@ -35,18 +35,14 @@ set with the statement timeout), which releases its locks.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
 from collections import Counter
 from dataclasses import dataclass
 
-import psycopg
-
 from .._log import log_event
 from .._pipeline._engine import Transitions
-from .._store._store import Store
-from ._looper import check_ranges
+from .._store import Store
+from ._service import Service, check_ranges
 
 logger = logging.getLogger("tenure.rescuer")
 
@@ -99,14 +95,21 @@ class RescueReport:
         )
 
 
-class Rescuer:
-    """One worker's rescuer; same shape as every maintenance service (start/stop/run_once)."""
+class Rescuer(Service):
+    """One worker's rescuer: the same service contract as every other (see `Service`)."""
+
+    name = "tenure-rescuer"
+    failed_event = "rescue_failed"
+    logger = logger
+    jitter = 0.2  # keeps the replicas' sweeps from lining up
 
     def __init__(self, store: Store, config: RescuerConfig | None = None) -> None:
         self.config = config or RescuerConfig()
         self._store = store
         self._transitions = Transitions(store, timeout=self.config.statement_timeout)
-        self._task: asyncio.Task[None] | None = None
+
+    def pause(self) -> float:
+        return self.config.interval
 
     async def run_once(self) -> RescueReport:
         """One sweep, batch after batch until a batch comes back short."""
@@ -148,24 +151,3 @@ class Rescuer:
                 waitpoints_timed_out=len(report.timed_out),
             )
         return report
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="tenure-rescuer")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except (psycopg.Error, TimeoutError) as exc:
-                log_event(logger, "rescue_failed", level=logging.WARNING, error=type(exc).__name__)
-            except Exception:  # the rescuer must outlive a bad sweep
-                logger.exception("event=rescue_failed")
-            # Jitter keeps the replicas' sweeps from lining up.
-            await asyncio.sleep(self.config.interval * random.uniform(0.8, 1.2))  # noqa: S311

@@ -29,9 +29,9 @@ from typing import Any, Literal
 
 from .._errors import PolicyError
 from .._log import log_event
-from .._store._store import NewJob, Store
+from .._store import NewJob, Store
 from ._cron import Cron
-from ._looper import Looper
+from ._service import Service
 
 logger = logging.getLogger("tenure.scheduler")
 
@@ -149,7 +149,7 @@ class Decision:
     job_id: int | None
 
 
-class Scheduler(Looper):
+class Scheduler(Service):
     """One worker's scheduler; ``make_job(schedule, key)`` builds a slot's job."""
 
     name = "tenure-scheduler"

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import psycopg
 
 from .._log import log_event
-from .._store._store import Store
-from ._looper import Looper, check_ranges
+from .._store import JobsStatistics, Store
+from ._service import Service, check_ranges
 
 logger = logging.getLogger("tenure.statistics")
 
@@ -66,7 +66,7 @@ class StatisticsConfig:
             optional="interval",
         )
 
-    def stale(self, seen: dict[str, float]) -> bool:
+    def stale(self, seen: JobsStatistics) -> bool:
         """Whether what `Store.jobs_statistics` saw calls for an ANALYZE."""
         live, analyzed = seen["live_rows"], seen["analyzed_rows"]
         if live < self.min_rows:
@@ -74,7 +74,7 @@ class StatisticsConfig:
         return analyzed < 0 or live >= self.growth * max(analyzed, self.min_rows)
 
 
-class StatisticsKeeper(Looper):
+class StatisticsKeeper(Service):
     """One worker's statistics keeper (see the module docstring)."""
 
     name = "tenure-statistics"

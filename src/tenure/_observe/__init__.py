@@ -1,12 +1,11 @@
 """Observability: the event journal, Prometheus metrics, `tenure doctor` and the dashboard.
 
 Modules are imported where they are used, so that importing tenure does not
-import prometheus-client or Starlette. The telemetry contract's entry point is
-``tenure._log.log_event``; the catalogue of events is `_events.EVENTS`.
+import prometheus-client or Starlette. Events enter through ``tenure._log.log_event``;
+users see them through ``tenure.telemetry`` (``attach``, the catalogue `_events.EVENTS`).
 
     _events     the catalogue of event kinds (the README's event table)
     _journal    keyed payload hashes; the batched writer for observed events
-    _pruner     journal retention
     _metrics    event-fed counters and histograms; gauges read from the database
     _http       /metrics, the loopback rule, uvicorn on a thread
     _runtime    what a worker starts: writer, pruner, /metrics

@@ -35,7 +35,7 @@ from starlette.routing import Route
 
 from .._errors import ConfigError, JobNotFound, PayloadError
 from .._payload import MAX_PAYLOAD_BYTES
-from .._store._store import Store
+from .._store import Store
 from .._waitpoint import answer_json, token_hash
 from . import _pages
 from ._http import (

@@ -23,8 +23,8 @@ import psycopg
 from .._embedded import servers_in_use, usage_notice
 from .._errors import PolicyError
 from .._policy import LeasePolicy
+from .._store import MIGRATIONS_PACKAGE, Store
 from .._store._migrate import discover
-from .._store._store import MIGRATIONS_PACKAGE, Store
 
 if TYPE_CHECKING:
     from .._app import App
@@ -54,6 +54,8 @@ INTENDED_PLANS = {
 
 @dataclass(frozen=True, slots=True)
 class Check:
+    """One finding of the doctor: ``ok``, ``warn``, ``fail`` or ``skip``, and why."""
+
     name: str
     status: Status
     detail: str
@@ -142,7 +144,7 @@ def _walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _walk(child)
 
 
-def plan_scans(plan: Any) -> tuple[set[str], set[str]]:
+def query_plan_scans(plan: Any) -> tuple[set[str], set[str]]:
     """(indexes used, tables read by a sequential scan) in an EXPLAIN (FORMAT JSON) plan."""
     indexes: set[str] = set()
     scanned: set[str] = set()
@@ -202,14 +204,14 @@ async def check_indexes(store: Store, app: App | None) -> list[Check]:
     params = _probe_params(app)
     for statement, intended in INTENDED_PLANS.items():
         try:
-            used, scanned = plan_scans(await store.explain(statement, params[statement]))
+            used, scanned = query_plan_scans(await store.explain(statement, params[statement]))
         except psycopg.Error as exc:
             error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-            checks.append(Check(f"plan {statement}", "fail", error))
+            checks.append(Check(f"query plan {statement}", "fail", error))
             continue
         lacking = [name for name in intended if name not in used]
         if not lacking and "tenure_jobs" not in scanned:
-            checks.append(Check(f"plan {statement}", "ok", f"uses {', '.join(intended)}"))
+            checks.append(Check(f"query plan {statement}", "ok", f"uses {', '.join(intended)}"))
             continue
         found = ", ".join(sorted(used)) or "no index"
         detail = f"expected {', '.join(intended)}; the planner chose {found}" + (
@@ -220,9 +222,9 @@ async def check_indexes(store: Store, app: App | None) -> list[Check]:
                 f" (tenure_jobs: {size}; plans change with size and statistics, "
                 "check again under load)"
             )
-            checks.append(Check(f"plan {statement}", "warn", detail))
+            checks.append(Check(f"query plan {statement}", "warn", detail))
         else:
-            checks.append(Check(f"plan {statement}", "fail", detail))
+            checks.append(Check(f"query plan {statement}", "fail", detail))
     return checks
 
 
@@ -243,5 +245,5 @@ def doctor_steps(
         ("schema", lambda: check_schema(store)),
         ("clock", lambda: check_clock(store)),
         ("policies", policies),
-        ("indexes and plans", lambda: check_indexes(store, app)),
+        ("indexes and query plans", lambda: check_indexes(store, app)),
     ]

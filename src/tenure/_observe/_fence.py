@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._log import Event, emit
-from .._store._store import Store
+from .._store import Store
 from ..fence._asgi import FenceDecision
 from ._journal import JournalWriter
 from ._metrics import render

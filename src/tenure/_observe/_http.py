@@ -26,7 +26,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._errors import ConfigError
-from .._store._store import Store
+from .._store import Store
 from ._metrics import DatabaseGauges, render
 
 STATEMENT_TIMEOUT_MS = 2000

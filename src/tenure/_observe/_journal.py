@@ -25,7 +25,7 @@ import psycopg
 
 from .._errors import ConfigError
 from .._log import Event, log_event
-from .._store._store import JournalRow, Store
+from .._store import JournalRow, Store
 from ._events import EVENTS, WRITER_KINDS
 
 logger = logging.getLogger("tenure.journal")

@@ -35,7 +35,7 @@ from ._events import EVENTS, JOURNAL_KINDS
 
 if TYPE_CHECKING:
     from .._registry import ToolSpec
-    from .._store._store import Store
+    from .._store import JournalCount, QueueDepth, RunningSummary, Store, WaitingSummary
 
 LABEL_KEYS = ("model", "provider")
 TOOL_LABELS = ("tool", *LABEL_KEYS)
@@ -279,9 +279,9 @@ class DatabaseGauges(Collector):
         self._journal_counts = journal_counts
         self._cap = cap
         self._lock = threading.Lock()
-        self._queue: list[dict[str, Any]] = []
-        self._running: list[dict[str, Any]] = []
-        self._waiting: list[dict[str, Any]] = []
+        self._queue: list[QueueDepth] = []
+        self._running: list[RunningSummary] = []
+        self._waiting: list[WaitingSummary] = []
         self._journal: dict[tuple[str, str], int] = {}
         self._after: int | None = None
         self._up = False
@@ -293,7 +293,7 @@ class DatabaseGauges(Collector):
             queue = await store.queue_depth(self._cap)
             running = await store.running_summary(self._cap)
             waiting = await store.waiting_summary(self._cap)
-            fresh: list[dict[str, Any]] = []
+            fresh: list[JournalCount] = []
             if self._journal_counts:
                 if self._after is None:
                     self._after = await store.journal_head()
@@ -364,7 +364,7 @@ class DatabaseGauges(Collector):
                 counter.add_metric(list(values), total)
             yield counter
 
-    def _waits(self, waiting: list[dict[str, Any]]) -> Iterable[Metric]:
+    def _waits(self, waiting: list[WaitingSummary]) -> Iterable[Metric]:
         count = GaugeMetricFamily(
             "tenure_waiting_jobs",
             "Jobs waiting at an open waitpoint (no lease, no slot)",
@@ -382,7 +382,7 @@ class DatabaseGauges(Collector):
         yield count
         yield oldest
 
-    def _held(self, running: list[dict[str, Any]]) -> Iterable[Metric]:
+    def _held(self, running: list[RunningSummary]) -> Iterable[Metric]:
         count = GaugeMetricFamily("tenure_running_jobs", "Held leases", labels=TOOL_LABELS)
         least = GaugeMetricFamily(
             "tenure_running_lease_remaining_min_seconds",

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from .._log import attach, log_event
-from .._store._store import Store
+from .._maintenance._journal_pruner import JournalPruner, JournalPrunerConfig
+from .._store import Store
 from ._events import WRITER_KINDS
 from ._journal import JournalWriter
-from ._pruner import Pruner, PrunerConfig
 
 if TYPE_CHECKING:
     from .._app import App
@@ -33,7 +33,7 @@ class TelemetryOptions:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     journal_heartbeats: bool = False
-    pruner: PrunerConfig | None = None
+    pruner: JournalPrunerConfig | None = None
 
 
 class WorkerTelemetry:
@@ -44,7 +44,7 @@ class WorkerTelemetry:
         self._worker = worker
         kinds = WRITER_KINDS | ({"heartbeat_ok"} if options.journal_heartbeats else set())
         self.writer = JournalWriter(store, kinds=kinds, worker=worker)
-        self.pruner = Pruner(store, options.pruner)
+        self.pruner = JournalPruner(store, options.pruner)
         self._metrics_port = options.metrics_port
         self._metrics_host = options.metrics_host
         self._server: ServerThread | None = None
@@ -75,6 +75,13 @@ class WorkerTelemetry:
         log_event(
             logger, "metrics_listening", worker=self._worker, url=self.metrics_url + "/metrics"
         )
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
     async def stop(self) -> None:
         if self._server is not None:

@@ -21,9 +21,9 @@ from datetime import timedelta
 from typing import Any
 
 from .._errors import Conflict, IdempotencyConflict, PayloadError, PolicyError, RunNotFound
-from .._job import TERMINAL_STATES
 from .._payload import MAX_PAYLOAD_BYTES, MAX_RESULT_BYTES, encode, fingerprint
-from .._store._store import (
+from .._states import has_ended
+from .._store import (
     ClaimedJob,
     Finish,
     RunRow,
@@ -33,7 +33,7 @@ from .._store._store import (
     Transition,
 )
 from ._model import Graph, Pipeline, Run, RunStage, Verdict, run_of_key
-from ._planner import Broken, Outcome, plan_outcome, plan_redispatch, plan_start
+from ._transitions import Broken, Outcome, decide_outcome, decide_redispatch, decide_start
 
 TRANSITION_TIMEOUT = 10.0
 MAX_RESCUE_STEPS = 50  # per run and sweep; a run needing more is taken up again next sweep
@@ -67,17 +67,18 @@ class Transitions:
         commit itself, since whoever decided the stage also ended its job.
         """
         run_id = run_of_key(job.idempotency_key)
-        if run_id is None:
-            return None
+        state = finish.state
+        if run_id is None or state == "queued" or state == "waiting":
+            return None  # a retry or a suspension decides no stage
         result = None if finish.result_json is None else json.loads(finish.result_json)
-        outcome = Outcome(finish.state, result, finish.result_json, finish.error)
+        outcome = Outcome(state, result, finish.result_json, finish.error)
         async with self._store.transaction(self._timeout) as tx:
             run = await tx.lock_run(run_id)
             rows = [] if run is None else await tx.stages(run_id)
             row = next((r for r in rows if r.job_id == job.id), None)
             if run is None or row is None or row.state != "open":
                 return None
-            plan = plan_outcome(Graph.from_json(run.graph), run, rows, row, outcome)
+            plan = decide_outcome(Graph.from_json(run.graph), run, rows, row, outcome)
             _, applied = await tx.apply(
                 replace(plan, mode="commit", owner=owner, token=finish.token)
             )
@@ -97,7 +98,7 @@ class Transitions:
         text = encode(input, "run input", MAX_PAYLOAD_BYTES)
         digest = fingerprint(pipeline.name + "\n" + text)
         try:
-            plan_start(pipeline.graph, 0, input)  # refuse input the first stages cannot take
+            decide_start(pipeline.graph, 0, input)  # refuse input the first stages cannot take
         except Broken as exc:
             raise PayloadError(str(exc)) from None
         async with self._store.transaction(self._timeout) as tx:
@@ -109,7 +110,7 @@ class Transitions:
                 graph=pipeline.graph.to_json(),
             )
             if run_id is not None:
-                await tx.apply(plan_start(pipeline.graph, run_id, input))
+                await tx.apply(decide_start(pipeline.graph, run_id, input))
                 return run_id, True
         found = await self._store.run_by_key(key)
         if found is None:
@@ -152,7 +153,7 @@ class Transitions:
             if run.state != "running" or row is None:
                 raise Conflict(_not_owner(run, rows, stage, token))
             outcome = Outcome("succeeded", result, encode(result, "verdict"))
-            plan = plan_outcome(graph, run, rows, row, outcome)
+            plan = decide_outcome(graph, run, rows, row, outcome)
             _, applied = await tx.apply(replace(plan, mode="commit", token=token))
             if not applied:
                 raise Conflict(
@@ -246,24 +247,23 @@ def _rescue_step(
         if row.state != "open":
             continue
         if not row.job_exists:
-            return "redispatched", plan_redispatch(graph, row)
+            return "redispatched", decide_redispatch(graph, row)
         if row.kind == "outbox" and row.job_state == "failed":
             assert row.job_finished_at is not None and row.job_id is not None
             if row.db_now - row.job_finished_at >= resend_after:
                 return "resent", row.job_id
             continue
-        if row.job_state in TERMINAL_STATES:
-            assert row.job_state is not None
+        if has_ended(row.job_state):
             outcome = Outcome(
                 row.job_state, row.job_result, _result_text(row.job_result), row.job_error
             )
-            plan = plan_outcome(graph, run, rows, row, outcome)
+            plan = decide_outcome(graph, run, rows, row, outcome)
             return "adopted", replace(plan, mode="adopt", expect_state=row.job_state)
     if run.state == "running" and not any(r.kind == "stage" and r.state == "open" for r in rows):
         error = {"code": "no_current_stage", "message": "the run had no open stage left"}
         if not any(r.kind == "stage" for r in rows):
             try:
-                return "redispatched", plan_start(graph, run.id, run.context)
+                return "redispatched", decide_start(graph, run.id, run.context)
             except Broken as exc:
                 error = {"code": exc.code, "message": str(exc)}
         return "ended", Transition(run.id, run_state="failed", run_error=error, stop_open=True)

@@ -18,8 +18,9 @@ from datetime import datetime
 from typing import Any
 
 from .._errors import PayloadError, PolicyError
-from .._job import TERMINAL_STATES, Job
+from .._job import Job
 from .._registry import ToolSpec
+from .._states import TERMINAL_STATES, RunState, StageKind, StageState
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 DECISION = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -381,8 +382,8 @@ class RunStage:
     id: int
     name: str
     round: int
-    kind: str
-    state: str
+    kind: StageKind
+    state: StageState
     decision: str | None
     arrived: tuple[str, ...]
     job_id: int | None
@@ -401,7 +402,7 @@ class Run:
 
     id: int
     pipeline: str
-    state: str
+    state: RunState
     idempotency_key: str
     created_at: datetime
     updated_at: datetime

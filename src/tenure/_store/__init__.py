@@ -1,0 +1,109 @@
+"""The store: the only code that speaks SQL to tenure's own database.
+
+Module map (data flows top to bottom):
+
+    _connection   libpq options, the pool, deadlines, the named statements (queries/*.sql)
+    _rows         typed parameters in, frozen rows out
+    _base         StoreBase: one pool, one way to run a named statement
+    _jobs         enqueue, claim, the fenced commit, operators' reads and actions
+    _waitpoints   suspend, answer, expire
+    _maintenance  schedules, the job pruner, planner statistics
+    _journal      the journal writer's batches and what operators read
+    _runs         pipeline runs and the transaction that moves one on
+    _store        Store: all of the above over one pool
+    _lease        LeaseConnection: the heartbeat thread's own connection
+    _listener     Listener: the LISTEN connection
+    _migrate      plain-SQL migrations (migrations/*.sql)
+
+Everything above the store imports from this package, never from its modules.
+"""
+
+from ._connection import (
+    CONNECT_OPTIONS,
+    MAX_RECONNECT_DELAY,
+    MIGRATIONS_PACKAGE,
+    QUERIES,
+    PromptReconnect,
+    check_dsn,
+    connect_options,
+    fresh_database,
+    migrate,
+    prepared_statements,
+)
+from ._lease import LeaseConnection
+from ._listener import Listener
+from ._rows import (
+    AppliedMigration,
+    ClaimedJob,
+    EventQuery,
+    Extension,
+    Finish,
+    HeldLease,
+    JobDetail,
+    JobsStatistics,
+    JobStatus,
+    JobWaitpoint,
+    JournalCount,
+    JournalEntry,
+    JournalRow,
+    NewJob,
+    NewStage,
+    OpenWaitpoint,
+    OpenWaitpointRow,
+    OutcomeBucket,
+    QueueDepth,
+    RunningSummary,
+    RunRow,
+    RunSummary,
+    ServerInfo,
+    StageRow,
+    TableIndex,
+    Transition,
+    WaitingSummary,
+)
+from ._runs import RunTransaction
+from ._store import Store
+
+__all__ = [
+    "CONNECT_OPTIONS",
+    "MAX_RECONNECT_DELAY",
+    "MIGRATIONS_PACKAGE",
+    "QUERIES",
+    "AppliedMigration",
+    "ClaimedJob",
+    "EventQuery",
+    "Extension",
+    "Finish",
+    "HeldLease",
+    "JobDetail",
+    "JobStatus",
+    "JobWaitpoint",
+    "JobsStatistics",
+    "JournalCount",
+    "JournalEntry",
+    "JournalRow",
+    "LeaseConnection",
+    "Listener",
+    "NewJob",
+    "NewStage",
+    "OpenWaitpoint",
+    "OpenWaitpointRow",
+    "OutcomeBucket",
+    "PromptReconnect",
+    "QueueDepth",
+    "RunRow",
+    "RunSummary",
+    "RunTransaction",
+    "RunningSummary",
+    "ServerInfo",
+    "StageRow",
+    "Store",
+    "TableIndex",
+    "Transition",
+    "WaitingSummary",
+    "check_dsn",
+    "connect_options",
+    "fresh_database",
+    "migrate",
+    "prepared_statements",
+]

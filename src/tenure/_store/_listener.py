@@ -14,12 +14,12 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, LiteralString
+from typing import Any, LiteralString, Self
 
 import psycopg
 
 from .._log import log_event
-from ._store import QUERIES, connect_options
+from ._connection import QUERIES, connect_options
 
 logger = logging.getLogger("tenure.listener")
 
@@ -76,6 +76,13 @@ class Listener:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"{self._name}-listen")
+
+    async def __aenter__(self) -> Self:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
     async def stop(self) -> None:
         """Cancel the listening task; a task that does not end within STOP_TIMEOUT (a

@@ -22,12 +22,12 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Self
 
 import psycopg
 
 from .._log import log_event
-from .._store._store import ClaimedJob, Finish, Store
+from .._store import ClaimedJob, Finish, Store
 from ._ownership import Ownership
 
 logger = logging.getLogger("tenure.completer")
@@ -74,6 +74,13 @@ class Completer:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="tenure-completer")
+
+    async def __aenter__(self) -> Self:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
     async def stop(self) -> None:
         if self._task is not None:

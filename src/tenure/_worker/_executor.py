@@ -36,7 +36,8 @@ from .._log import log_event
 from .._payload import MAX_RESULT_BYTES, encode
 from .._pipeline._model import Verdict
 from .._registry import ToolSpec
-from .._store._store import ClaimedJob, Finish, OpenWaitpoint
+from .._states import StopReason
+from .._store import ClaimedJob, Finish, OpenWaitpoint
 from .._waitpoint import Suspend, token_hash
 
 logger = logging.getLogger("tenure.worker")
@@ -63,7 +64,7 @@ class Abandoned:
 class Stopped:
     """Why the worker stopped a call: ``lease_lost``, ``cancelled`` or ``shutdown``."""
 
-    reason: str
+    reason: StopReason
 
 
 def _deliver(
@@ -223,9 +224,6 @@ class Executor:
         """Threads of stopped calls that have not returned yet."""
         self._abandoned = {t for t in self._abandoned if t.is_alive()}
         return len(self._abandoned)
-
-    def shutdown(self) -> None:
-        """Nothing to join: abandoned daemon threads end with the process."""
 
     async def run(
         self, spec: ToolSpec, ctx: Context, job: ClaimedJob, stop: dict[int, Stopped]

@@ -21,11 +21,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Self
 
 import psycopg
 
 from .._log import log_event
-from .._store._store import ClaimedJob, JournalRow, LeaseConnection
+from .._store import ClaimedJob, JournalRow, LeaseConnection
 from ._ownership import Ownership
 
 logger = logging.getLogger("tenure.heartbeat")
@@ -96,6 +97,13 @@ class HeartbeatThread:
     def start(self) -> None:
         self._thread.start()
         self._watcher.start()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping.set()

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Literal
 
 from .._errors import JobCancelled, LeaseLost, OwnershipUnknown
-
-Status = Literal["owned", "unknown", "lost", "cancelled"]
+from .._states import OwnershipState as Status
 
 
 class Ownership:

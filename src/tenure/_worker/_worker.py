@@ -28,15 +28,15 @@ import psycopg
 from .._context import Context
 from .._errors import PolicyError
 from .._log import enabled, log_event
-from .._maintenance._pruner import JobPruner, JobPrunerConfig
+from .._maintenance._job_pruner import JobPruner, JobPrunerConfig
+from .._maintenance._journal_pruner import JournalPrunerConfig
 from .._maintenance._rescuer import Rescuer, RescuerConfig
 from .._maintenance._scheduler import Scheduler, SchedulerConfig
+from .._maintenance._service import Service
 from .._maintenance._statistics import StatisticsConfig, StatisticsKeeper
-from .._observe._pruner import PrunerConfig
 from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
-from .._store._listener import Listener
-from .._store._store import ClaimedJob, Store
+from .._store import ClaimedJob, Listener, Store
 from ._completer import Completer
 from ._executor import Abandoned, Executor, Stopped
 from ._heartbeat import HeartbeatThread, Held
@@ -61,12 +61,35 @@ START_SLICE = 100  # job starts between two yields to the event loop
 EXPIRY_SLACK = 0.005  # wake this long after a foreign lease's end, so it has surely passed
 
 
+async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def _remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(sig)
+
+
 def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
 class Worker:
-    """Runs the tools registered on an App. Create it with ``app.worker(...)``."""
+    """Runs the tools registered on an App. Create it with ``app.worker(...)``.
+
+    ``concurrency`` calls at once, claimed ``claim_batch`` at a time; ``poll_interval``
+    is how often it looks for work when no notification woke it; ``grace`` is how long
+    a stopping worker lets running calls finish. ``name`` is what the journal and the
+    dashboard call it (host:pid:random by default). ``metrics_port`` serves /metrics on
+    ``metrics_host`` (loopback unless told otherwise); ``journal_heartbeats`` journals
+    every lease extension, not only losses.
+
+    Each maintenance service takes its config, with defaults: ``rescuer``
+    (`RescuerConfig`: expired leases, stuck runs, waitpoint deadlines),
+    ``journal_pruner`` (`JournalPrunerConfig`), ``job_pruner`` (`JobPrunerConfig`),
+    ``scheduler`` (`SchedulerConfig`) and ``statistics`` (`StatisticsConfig`).
+    """
 
     def __init__(
         self,
@@ -81,7 +104,7 @@ class Worker:
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
         journal_heartbeats: bool = False,
-        pruner: PrunerConfig | None = None,
+        journal_pruner: JournalPrunerConfig | None = None,
         scheduler: SchedulerConfig | None = None,
         job_pruner: JobPrunerConfig | None = None,
         statistics: StatisticsConfig | None = None,
@@ -104,7 +127,9 @@ class Worker:
         self.claim_batch = claim_batch
         self.poll_interval = poll_interval
         self.grace = grace
-        self._telemetry = TelemetryOptions(metrics_port, metrics_host, journal_heartbeats, pruner)
+        self._telemetry = TelemetryOptions(
+            metrics_port, metrics_host, journal_heartbeats, journal_pruner
+        )
         self.metrics_url: str | None = None
         self._rescuer_config = rescuer or RescuerConfig(
             interval=min(1.0, min(t.policy.lease.lease for t in app.tools.values()) / 2)
@@ -149,69 +174,64 @@ class Worker:
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
-        store = Store(dsn, max_size=4)
-        await store.open()
-        self._waitpoint_secret = await store.waitpoint_secret()
-        heartbeat = HeartbeatThread(dsn, self.name)
-        executor = Executor()
-        completer = Completer(store, self.name, self._count, stages=Transitions(store))
-        rescuer = Rescuer(store, self._rescuer_config)
-        scheduler = Scheduler(
-            store, list(self.app.schedules.values()), self.app._schedule_job, self._scheduler_config
-        )
-        job_pruner = JobPruner(store, list(self._lease_ms), self._job_pruner_config)
-        keeper = StatisticsKeeper(store, self._statistics)
-        background = [asyncio.create_task(self._pulse(), name="tenure-pulse")]
-        listener = Listener(
-            dsn,
-            ("tenure_jobs", "tenure_cancel"),
-            functools.partial(self._notified, heartbeat),
-            on_connect=self._wake.set,
-            name=self.name,
-        )
-        listener.start()
-        telemetry = WorkerTelemetry(self.app, self.name, store, self._telemetry)
-        heartbeat.start()
-        completer.start()
-        rescuer.start()
-        scheduler.start()
-        job_pruner.start()
-        keeper.start()
-        log_event(
-            logger,
-            "worker_started",
-            worker=self.name,
-            concurrency=self.concurrency,
-            tools=",".join(sorted(self._lease_ms)),
-        )
-        try:
-            await telemetry.start()
-            self.metrics_url = telemetry.metrics_url
-            await self._claim_loop(store, heartbeat, executor, completer)
-            await self._drain()
-        finally:
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            await listener.stop()
-            await keeper.stop()
-            await job_pruner.stop()
-            await scheduler.stop()
-            await rescuer.stop()
-            await completer.stop()
-            heartbeat.stop()
-            executor.shutdown()
-            await telemetry.stop()
-            await store.close()
+        async with contextlib.AsyncExitStack() as stack:
+            stack.callback(self._log_stopped)  # the last thing, whatever went wrong
             if handle_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
+                stack.callback(_remove_signal_handlers, loop)
+            store = await stack.enter_async_context(Store(dsn, max_size=4))
+            self._waitpoint_secret = await store.waitpoint_secret()
+            telemetry = await stack.enter_async_context(
+                WorkerTelemetry(self.app, self.name, store, self._telemetry)
+            )
+            self.metrics_url = telemetry.metrics_url
+            executor = Executor()
+            heartbeat = stack.enter_context(HeartbeatThread(dsn, self.name))
+            completer = await stack.enter_async_context(
+                Completer(store, self.name, self._count, stages=Transitions(store))
+            )
+            for service in self._services(store):
+                await stack.enter_async_context(service)
+            await stack.enter_async_context(
+                Listener(
+                    dsn,
+                    ("tenure_jobs", "tenure_cancel"),
+                    functools.partial(self._notified, heartbeat),
+                    on_connect=self._wake.set,
+                    name=self.name,
+                )
+            )
+            stack.push_async_callback(_cancel_and_wait, asyncio.create_task(self._pulse()))
             log_event(
                 logger,
-                "worker_stopped",
+                "worker_started",
                 worker=self.name,
-                counts=",".join(f"{k}:{v}" for k, v in sorted(self.counts.items())),
+                concurrency=self.concurrency,
+                tools=",".join(sorted(self._lease_ms)),
             )
+            await self._claim_loop(store, heartbeat, executor, completer)
+            await self._drain()
+
+    def _services(self, store: Store) -> list[Service]:
+        """The background services of this worker, each on the one `Service` contract."""
+        return [
+            Rescuer(store, self._rescuer_config),
+            Scheduler(
+                store,
+                list(self.app.schedules.values()),
+                self.app._schedule_job,
+                self._scheduler_config,
+            ),
+            JobPruner(store, list(self._lease_ms), self._job_pruner_config),
+            StatisticsKeeper(store, self._statistics),
+        ]
+
+    def _log_stopped(self) -> None:
+        log_event(
+            logger,
+            "worker_stopped",
+            worker=self.name,
+            counts=",".join(f"{k}:{v}" for k, v in sorted(self.counts.items())),
+        )
 
     async def _drain(self) -> None:
         if self._active:

@@ -31,8 +31,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from .._app import App
-from ..integrations.pydantic_ai import TenureToolset
+from tenure import App
+from tenure.integrations.pydantic_ai import TenureToolset
 
 CUSTOMER = "c-4711"
 THINKING = 3.0  # seconds the tool takes before it posts: long enough to kill a worker in

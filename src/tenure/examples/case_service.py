@@ -49,10 +49,56 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tenure._store._queries import load_queries
 from tenure.fence import FenceDecision, FenceGuard, FenceMiddleware, FenceSlot, migrate_fence
 
-QUERIES = load_queries("tenure.examples", "case_service.sql")
+# This service's own SQL: its tables are the "side effects" a worker causes.
+
+# No unique constraint on idempotency_key on purpose: exactly-once must come
+# from the fence guard, and tests count these rows to prove it does.
+CREATE_TABLES = """
+SELECT pg_advisory_xact_lock(7233732574736250467);
+CREATE TABLE IF NOT EXISTS example_cases (
+    id              bigserial   PRIMARY KEY,
+    idempotency_key text        NOT NULL,
+    scope           text        NOT NULL,
+    token           bigint      NOT NULL,
+    title           text        NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE IF NOT EXISTS example_payments (
+    id              bigserial   PRIMARY KEY,
+    idempotency_key text        NOT NULL,
+    scope           text        NOT NULL,
+    token           bigint      NOT NULL,
+    payment_id      text        NOT NULL,
+    amount_cents    bigint      NOT NULL CHECK (amount_cents > 0),
+    captured_at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+"""
+
+INSERT_CASE = """
+INSERT INTO example_cases (idempotency_key, scope, token, title)
+VALUES (%(key)s, %(scope)s, %(token)s, %(title)s)
+RETURNING id, created_at;
+"""
+
+INSERT_PAYMENT = """
+INSERT INTO example_payments (idempotency_key, scope, token, payment_id, amount_cents)
+VALUES (%(key)s, %(scope)s, %(token)s, %(payment_id)s, %(amount_cents)s)
+RETURNING id, captured_at;
+"""
+
+# For a report (tenure demo): effects applied, and idempotency keys applied more than once.
+EFFECTS_SUMMARY = """
+SELECT count(*) AS applied,
+       (SELECT count(*) FROM (
+            SELECT idempotency_key FROM (
+                SELECT idempotency_key FROM example_cases
+                UNION ALL
+                SELECT idempotency_key FROM example_payments) AS effects
+            GROUP BY idempotency_key HAVING count(*) > 1) AS twice) AS doubled
+FROM (SELECT 1 FROM example_cases UNION ALL SELECT 1 FROM example_payments) AS everything;
+"""
 
 AsyncConn = psycopg.AsyncConnection[Any]
 
@@ -85,11 +131,20 @@ class DecisionLog:
             log.write(line + "\n")
 
 
+def effects_summary(dsn: str) -> tuple[int, int]:
+    """(effects applied, idempotency keys applied more than once), read from this
+    service's own tables: what a report of exactly-once needs."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(EFFECTS_SUMMARY).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
 def prepare_database(dsn: str) -> None:
     """The fence kit's tables and the example's own, both idempotent."""
     migrate_fence(dsn)
     with psycopg.connect(dsn) as conn:
-        conn.execute(QUERIES["create_tables"])
+        conn.execute(CREATE_TABLES)
 
 
 def _slot(request: Request) -> FenceSlot[AsyncConn]:
@@ -117,7 +172,7 @@ async def create_case(request: Request) -> JSONResponse:
     slot = _slot(request)
     async with slot.conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            QUERIES["insert_case"],
+            INSERT_CASE,
             {
                 "key": slot.request.key,
                 "scope": slot.request.scope,
@@ -143,7 +198,7 @@ async def capture_payment(request: Request) -> JSONResponse:
     slot = _slot(request)
     async with slot.conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            QUERIES["insert_payment"],
+            INSERT_PAYMENT,
             {
                 "key": slot.request.key,
                 "scope": slot.request.scope,

@@ -38,10 +38,8 @@ from typing import Any
 
 import httpx
 
-from .._app import App
-from .._context import Context
-from .._pipeline._model import Stage, Verdict
-from ..fence import raise_for_fence
+from tenure import App, Context, Stage, Verdict
+from tenure.fence import raise_for_fence
 
 app = App()
 
@@ -137,9 +135,11 @@ review = app.pipeline(
 
 
 def main() -> None:
-    from .._demo import run_pipeline_demo
+    """``tenure demo --pipeline``: this pipeline, its workers SIGKILLed as it runs."""
+    import subprocess
+    import sys
 
-    raise SystemExit(run_pipeline_demo())
+    raise SystemExit(subprocess.call([sys.executable, "-m", "tenure", "demo", "--pipeline"]))
 
 
 if __name__ == "__main__":

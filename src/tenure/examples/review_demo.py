@@ -19,11 +19,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
-from .._app import App
-from .._errors import Conflict
-from .._job import Job
-from .._pipeline._model import Run, Verdict
-from .review import review
+from tenure import App, Conflict, Job, Run, Verdict
+from tenure.examples.review import review
 
 
 class Tracker(Protocol):
@@ -45,7 +42,9 @@ class ReviewDemo:
         self.app = App(dsn)
         self.tracker = tracker
         self.runs = runs
-        self.env = {**os.environ, "TENURE_DSN": dsn}
+        # The worker processes use this DSN (a DSN file would be a second one: drop it).
+        self.env = {k: v for k, v in os.environ.items() if k != "TENURE_DSN_FILE"}
+        self.env["TENURE_DSN"] = dsn
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.started = time.monotonic()
         self.late_verdict = "not tried"

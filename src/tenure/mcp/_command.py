@@ -8,7 +8,6 @@ import os
 import sys
 
 from .._app import App
-from .._cli import schema_store
 from ._serve import TOKEN_ENV, serve_http, serve_stdio
 
 
@@ -19,7 +18,7 @@ def run_mcp(app: App, args: argparse.Namespace) -> int:
     tenure's tables, unless ``--worker`` (a worker migrates) runs in this process too.
     """
     token = os.environ.get(TOKEN_ENV) or None
-    app._migrate = app._migrate and args.worker
+    app.auto_migrate = app.auto_migrate and args.worker
     try:
         asyncio.run(_serve(app, args, token))
     finally:
@@ -29,7 +28,7 @@ def run_mcp(app: App, args: argparse.Namespace) -> int:
 
 async def _serve(app: App, args: argparse.Namespace, token: str | None) -> None:
     if not args.worker:
-        await schema_store(app)
+        await app.verify_schema()
     worker = app.worker() if args.worker else None
     running = asyncio.create_task(worker.run(handle_signals=False)) if worker else None
     try:

@@ -269,9 +269,6 @@ WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
 ORDER BY id DESC
 LIMIT %(limit)s
 
--- name: job_events
-SELECT * FROM tenure_events WHERE job_id = %(job_id)s ORDER BY id
-
 -- name: cancel_job
 WITH cancelled AS (
     UPDATE tenure_jobs

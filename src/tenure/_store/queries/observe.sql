@@ -73,7 +73,7 @@ ORDER BY id DESC
 LIMIT %(limit)s
 
 -- name: job_timeline
-SELECT id, at, kind, token, attempt, worker, tool, code, duration_ms, payload_hmac, detail
+SELECT id, at, kind, job_id, token, attempt, worker, tool, code, duration_ms, payload_hmac, detail
 FROM tenure_events
 WHERE job_id = %(job_id)s
 ORDER BY id

@@ -1,7 +1,7 @@
 """Deciding a transition: pure functions from a run's locked picture to what to write.
 
 Nothing here touches the database. The engine reads the run under its row lock,
-asks `plan_outcome` what the stage's outcome means (the run's new context, the
+asks `decide_outcome` what the stage's outcome means (the run's new context, the
 stages to open, joins to wait at, outbox intents, whether the run ended), and
 hands the answer to one statement. Planning the same outcome twice gives the
 same rows and keys, which is what makes a repeated attempt harmless.
@@ -15,7 +15,8 @@ from typing import Any
 
 from .._errors import PayloadError
 from .._payload import MAX_PAYLOAD_BYTES, encode, fingerprint
-from .._store._store import NewStage, RunRow, StageRow, Transition
+from .._states import EndState, RunState, StageKind
+from .._store import NewStage, RunRow, StageRow, Transition
 from ._model import FACTS, OUTBOX_FACTS, Graph, StageSpec, ToolInfo, Verdict
 
 
@@ -23,7 +24,7 @@ from ._model import FACTS, OUTBOX_FACTS, Graph, StageSpec, ToolInfo, Verdict
 class Outcome:
     """How a stage's job ended: ``succeeded`` (with its result), ``failed`` or ``cancelled``."""
 
-    state: str
+    state: EndState
     result: Any = None
     result_json: str | None = None
     error: dict[str, Any] | None = None
@@ -52,7 +53,7 @@ def _pick(info: ToolInfo, offered: Mapping[str, Any], stage: str) -> dict[str, A
 
 
 def _new_stage(
-    graph: Graph, name: str, round_: int, tool: str, payload: Mapping[str, Any], kind: str
+    graph: Graph, name: str, round_: int, tool: str, payload: Mapping[str, Any], kind: StageKind
 ) -> NewStage:
     try:
         text = encode(dict(payload), f"payload of stage {name!r}", MAX_PAYLOAD_BYTES)
@@ -133,7 +134,7 @@ def _arrive(
 
 
 def _end(
-    base: Transition, state: str, error: dict[str, Any] | None, result: str | None = None
+    base: Transition, state: RunState, error: dict[str, Any] | None, result: str | None = None
 ) -> Transition:
     return replace(
         base,
@@ -196,7 +197,7 @@ def _advance(
     return _end(step, "succeeded", None, outcome.result_json)
 
 
-def plan_outcome(
+def decide_outcome(
     graph: Graph, run: RunRow, rows: Sequence[StageRow], row: StageRow, outcome: Outcome
 ) -> Transition:
     """What the outcome of ``row``'s job writes. ``row`` is open; ``run`` is locked."""
@@ -232,11 +233,11 @@ def plan_outcome(
         "job": row.job_id,
         "cause": (outcome.error or {}).get("code", outcome.state),
     }
-    run_state = "cancelled" if outcome.state == "cancelled" else "failed"
+    run_state: RunState = "cancelled" if outcome.state == "cancelled" else "failed"
     return _end(replace(base, stage_state=outcome.state), run_state, error)
 
 
-def plan_start(graph: Graph, run_id: int, context: Mapping[str, Any]) -> Transition:
+def decide_start(graph: Graph, run_id: int, context: Mapping[str, Any]) -> Transition:
     """The first stages of a new run (Broken if the input cannot feed them)."""
     return Transition(
         run_id=run_id,
@@ -244,7 +245,7 @@ def plan_start(graph: Graph, run_id: int, context: Mapping[str, Any]) -> Transit
     )
 
 
-def plan_redispatch(graph: Graph, row: StageRow) -> Transition:
+def decide_redispatch(graph: Graph, row: StageRow) -> Transition:
     """Dispatch an open stage whose job vanished, exactly as it was first dispatched."""
     assert row.tool is not None and row.payload_hash is not None and row.max_attempts is not None
     info = graph.tools.get(row.tool)

@@ -2,7 +2,7 @@
 
 The journal must not become a second, forever-growing store; it holds no
 payloads, but its ids and timings are still history an operator only needs
-for so long. Same shape as every maintenance service (a `Looper`): a frozen config with
+for so long. Same shape as every maintenance service (a `Service`): a frozen config with
 defaults validated eagerly, idempotent start/stop, and `run_once()` for tests
 and for ``tenure prune``. Each worker runs one; ``SKIP LOCKED`` lets several
 share the work, and it logs only when it deleted something.
@@ -18,8 +18,8 @@ from typing import Any
 
 from .._errors import PolicyError
 from .._log import log_event
-from .._maintenance._looper import Looper
-from .._store._store import Store
+from .._store import Store
+from ._service import Service
 
 logger = logging.getLogger("tenure.pruner")
 
@@ -27,7 +27,7 @@ DAY = 86400.0
 
 
 @dataclass(frozen=True, slots=True)
-class PrunerConfig:
+class JournalPrunerConfig:
     """``retention``: seconds a journal row is kept (default 14 days); ``interval``:
     seconds between sweeps; ``batch``: rows per DELETE (bounded, so no sweep holds
     locks on a large share of the journal); ``statement_timeout``: seconds one DELETE
@@ -53,7 +53,7 @@ class PrunerConfig:
             )
 
     @classmethod
-    def from_options(cls, **options: Any) -> PrunerConfig:
+    def from_options(cls, **options: Any) -> JournalPrunerConfig:
         """Build from keyword options; an unknown one gets "did you mean", not a TypeError."""
         known = [f.name for f in fields(cls)]
         for name in options:
@@ -64,16 +64,16 @@ class PrunerConfig:
         return cls(**options)
 
 
-class Pruner(Looper):
+class JournalPruner(Service):
     """One worker's journal pruner; `run_once` is also what ``tenure prune`` runs."""
 
     name = "tenure-journal-pruner"
     failed_event = "prune_failed"
     logger = logger
 
-    def __init__(self, store: Store, config: PrunerConfig | None = None) -> None:
+    def __init__(self, store: Store, config: JournalPrunerConfig | None = None) -> None:
         self._store = store
-        self.config = config or PrunerConfig()
+        self.config = config or JournalPrunerConfig()
 
     def pause(self) -> float:
         return self.config.interval

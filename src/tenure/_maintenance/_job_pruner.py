@@ -13,7 +13,7 @@ Expired jobs go in bounded batches through the ``tenure_jobs_prune`` index,
 each batch its own short transaction under a statement timeout, rows taken
 ``FOR UPDATE SKIP LOCKED`` so that the pruners of several workers share the
 work. Queued and running jobs are never touched. The journal keeps its own
-retention (`tenure._observe._pruner`), and periodic slots stay decided after
+retention (`tenure._maintenance._journal_pruner`), and periodic slots stay decided after
 their jobs are gone (``tenure_schedules``).
 
 Same shape as every maintenance service: a frozen config validated eagerly,
@@ -30,8 +30,8 @@ from typing import Literal
 
 from .._errors import PolicyError
 from .._log import log_event
-from .._store._store import Store
-from ._looper import Looper, check_ranges
+from .._store import Store
+from ._service import Service, check_ranges
 
 logger = logging.getLogger("tenure.job_pruner")
 
@@ -73,7 +73,7 @@ class JobPrunerConfig:
             raise PolicyError(f"job pruner batch must be an integer, got {self.batch!r}")
 
 
-class JobPruner(Looper):
+class JobPruner(Service):
     """One worker's job pruner (see the module docstring)."""
 
     name = "tenure-job-pruner"

@@ -1,0 +1,92 @@
+"""The base every group of statements shares: one pool, one way to run a statement."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Self
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from .._dsn import check_dsn
+from ._connection import (
+    Pool,
+    connect_options,
+    deadline,
+    last_used,
+    mark_used,
+    readable,
+    statement,
+    typed_errors,
+)
+
+
+class StoreBase:
+    """Async access to tenure's tables through a small connection pool.
+
+    ``check_idle`` (seconds; None: no checks): a producer's connections may sit in the
+    pool through a database restart, and without a check the first statement after it
+    fails on a connection that died meanwhile. So a connection is checked with one
+    round trip before it is handed out when its socket shows the server hung up, or
+    when it sat idle longer than ``check_idle``; a busy producer pays nothing for this.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        check_idle: float | None = None,
+    ) -> None:
+        self._check_idle = check_idle
+        self._pool = Pool(
+            check_dsn(dsn),
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True, "row_factory": dict_row, **connect_options()},
+            open=False,
+            name="tenure",
+            check=None if check_idle is None else self._check,
+            reset=None if check_idle is None else mark_used,
+        )
+
+    async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A round trip only for a connection that may have died while it sat in the pool:
+        one whose socket has something to read (an idle connection is sent nothing but
+        the server's goodbye when it shuts down or restarts), or that sat there longer
+        than ``check_idle`` (a peer that vanished without a goodbye)."""
+        used = last_used.get(conn)
+        idle = self._check_idle is not None and (
+            used is None or time.monotonic() - used >= self._check_idle
+        )
+        if idle or readable(conn):
+            await AsyncConnectionPool.check_connection(conn)
+
+    async def open(self) -> None:
+        await self._pool.open(wait=True, timeout=30)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _fetch(
+        self, name: str, params: dict[str, Any], timeout: float | None = None
+    ) -> list[dict[str, Any]]:
+        async with self._pool.connection() as conn:
+            with deadline(conn, timeout), typed_errors():
+                cursor = await conn.cursor(row_factory=dict_row).execute(statement(name), params)
+                return await cursor.fetchall() if cursor.description else []
+
+    async def _execute(self, name: str, params: dict[str, Any]) -> int:
+        async with self._pool.connection() as conn:
+            with typed_errors():
+                cursor = await conn.execute(statement(name), params)
+            return cursor.rowcount

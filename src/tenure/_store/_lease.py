@@ -1,0 +1,118 @@
+"""The heartbeat thread's own connection: synchronous, kept apart from the event loop.
+
+A query that the network swallows (a blackholed link) would block the thread
+forever, and no server-side timeout can fire for it; so every call runs under a
+local deadline after which the socket is shut down from a watchdog timer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from .._dsn import check_dsn
+from ._connection import (
+    connect_options,
+    shutdown_socket,
+    statement,
+)
+from ._rows import (
+    Extension,
+    JournalRow,
+    journal_params,
+)
+
+
+class LeaseConnection:
+    """The heartbeat thread's own connection: one batched extension per tick.
+
+    A query that the network swallows (a blackholed link) would block the
+    thread forever, and no server-side timeout can fire for it; so every call
+    runs under a local deadline after which the socket is shut down from a
+    watchdog timer, turning the hang into an ordinary connection error.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = check_dsn(dsn)
+        self._conn: psycopg.Connection[dict[str, Any]] | None = None
+
+    def _connection(self, timeout: float) -> psycopg.Connection[dict[str, Any]]:
+        if self._conn is None or self._conn.closed:
+            options = {**connect_options(), "connect_timeout": max(2, round(timeout))}
+            self._conn = psycopg.connect(
+                self._dsn, autocommit=True, row_factory=dict_row, **options
+            )
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _run(
+        self, name: str, params: Callable[[], dict[str, Any]], timeout: float
+    ) -> tuple[float, list[dict[str, Any]]]:
+        """Run one statement; returns when it was sent (monotonic, measured once the
+        connection is up, so a reconnect is not counted against a lease) and its rows.
+        ``params`` is built at that moment too (journal rows are dated from it)."""
+        conn = self._connection(timeout)
+        watchdog = threading.Timer(timeout, shutdown_socket, (conn,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            sent_at = time.monotonic()
+            cursor = conn.execute(statement(name), params())
+            return sent_at, cursor.fetchall() if cursor.description else []
+        except psycopg.Error:
+            self.close()
+            raise
+        finally:
+            watchdog.cancel()
+
+    def extend(
+        self, owner: str, held: Sequence[tuple[int, int, int]], timeout: float
+    ) -> list[Extension]:
+        """Extend (job id, token, lease_ms) leases held by ``owner`` in one statement;
+        one answer per lease, each carrying when the statement was sent."""
+        sent_at, rows = self._run(
+            "extend_leases",
+            lambda: {
+                "owner": owner,
+                "ids": [h[0] for h in held],
+                "tokens": [h[1] for h in held],
+                "lease_ms": [h[2] for h in held],
+            },
+            timeout,
+        )
+        return [Extension(row["id"], row["lease_until"], row["db_now"], sent_at) for row in rows]
+
+    def report_progress(
+        self, owner: str, reports: Sequence[tuple[int, int, str]], timeout: float
+    ) -> set[int]:
+        """Write (job id, token, progress JSON) reports held by ``owner``, fenced like an
+        extension; returns the ids whose report was accepted."""
+        _, rows = self._run(
+            "report_progress",
+            lambda: {
+                "owner": owner,
+                "ids": [r[0] for r in reports],
+                "tokens": [r[1] for r in reports],
+                "progress": [Jsonb(r[2], dumps=str) for r in reports],
+            },
+            timeout,
+        )
+        return {row["id"] for row in rows}
+
+    def states(self, job_ids: Sequence[int], timeout: float) -> dict[int, str]:
+        _, rows = self._run("job_states", lambda: {"ids": list(job_ids)}, timeout)
+        return {row["id"]: row["state"] for row in rows}
+
+    def record_events(self, rows: Sequence[JournalRow], timeout: float) -> None:
+        """Journal many events in one statement."""
+        self._run("record_events", lambda: journal_params(rows), timeout)

@@ -1,0 +1,63 @@
+"""Waitpoints: a call suspends, an answer or its deadline resumes it (queries/waitpoints.sql)."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from .._job import Job
+from ._base import StoreBase
+from ._connection import (
+    FINISH_TIMEOUT,
+)
+from ._rows import (
+    Finish,
+    JobWaitpoint,
+)
+
+
+class WaitpointStatements(StoreBase):
+    """One method per statement of queries/waitpoints.sql."""
+
+    # -- waitpoints ----------------------------------------------------------------
+
+    async def waitpoint_secret(self) -> bytes:
+        """The key waitpoint tokens are derived with (made by migration 0008)."""
+        rows = await self._fetch("waitpoint_secret", {})
+        return str(rows[0]["value"]).encode()
+
+    async def suspend(self, owner: str, finish: Finish) -> bool:
+        """The fenced commit of a call that suspends; False: the lease was lost."""
+        wp = finish.waitpoint
+        assert wp is not None
+        rows = await self._fetch(
+            "suspend_job",
+            {
+                "id": finish.job_id,
+                "token": finish.token,
+                "owner": owner,
+                "name": wp.name,
+                "token_hash": wp.token_hash,
+                "timeout_ms": wp.timeout_ms,
+                "on_timeout": wp.on_timeout,
+                "request": wp.request_json,
+                "progress": finish.progress_json,
+            },
+            FINISH_TIMEOUT,
+        )
+        return bool(rows)
+
+    async def complete_waitpoint(self, token_hash: str, answer_json: str) -> Job | None:
+        """Answer an open waitpoint (compare-and-set); its job as the answer left it (queued
+        again), or None when no open waitpoint has this token (unknown, answered, timed
+        out or cancelled)."""
+        rows = await self._fetch(
+            "complete_waitpoint", {"token_hash": token_hash, "answer": answer_json}
+        )
+        return Job.from_row(rows[0]) if rows else None
+
+    async def expire_waitpoints(self, limit: int) -> list[int]:
+        """Resume or fail the jobs of open waitpoints past their deadline (one batch)."""
+        return [int(row["id"]) for row in await self._fetch("expire_waitpoints", {"limit": limit})]
+
+    async def job_waitpoints(self, job_id: int) -> list[JobWaitpoint]:
+        return cast(list[JobWaitpoint], await self._fetch("job_waitpoints", {"job_id": job_id}))

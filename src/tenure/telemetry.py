@@ -1,0 +1,33 @@
+"""What tenure says about the work it runs, for your metrics, traces and audits.
+
+Every event — a claim, a lost lease, a fenced request leaving, a commit refused —
+is an `Event` handed to each attached handler as it happens, on the thread that
+saw it; `EVENTS` is the catalogue of their kinds (who emits each, whether the
+journal keeps it, what its ``duration_ms`` measures). Events carry ids, tokens,
+codes and durations, never a payload, a result or an error message.
+
+    >>> from tenure.telemetry import attach
+    >>> detach = attach(lambda event: print(event.kind, event.job), kinds={"lease_expired"})
+    >>> detach()
+
+The journal's rows as `App.find_events` and `App.events` return them are
+`JournalEntry`; `App.job_detail` and `App.job_waitpoints` return `JobDetail` and
+`JobWaitpoint`; `App.doctor` returns `Check` findings.
+"""
+
+from ._log import Event, Handler, attach
+from ._observe._doctor import Check
+from ._observe._events import EVENTS, EventSpec
+from ._store import JobDetail, JobWaitpoint, JournalEntry
+
+__all__ = [
+    "EVENTS",
+    "Check",
+    "Event",
+    "EventSpec",
+    "Handler",
+    "JobDetail",
+    "JobWaitpoint",
+    "JournalEntry",
+    "attach",
+]
