@@ -70,10 +70,20 @@ async def test_a_waiting_gate_takes_its_verdict_with_no_job_running(
 
         done = await app.record_verdict(run.id, "qa", HANDED_OUT[key], Verdict("approve"))
         assert [s.name for s in done.stages] == ["qa", "merge"]
-        before = tables.snapshot()
+        # What a second verdict could write: the gate's stage, its job, its waitpoint and
+        # journal rows about them (the worker meanwhile runs `merge`, which is not).
+        gate_rows = """
+            SELECT 'stage' AS what, to_jsonb(s) AS row FROM tenure_run_stages s
+            WHERE s.name = 'qa'
+            UNION ALL SELECT 'job', to_jsonb(j) FROM tenure_jobs j WHERE j.id = %(job)s
+            UNION ALL SELECT 'waitpoint', to_jsonb(w) FROM tenure_waitpoints w
+            UNION ALL SELECT 'event', to_jsonb(e) FROM tenure_events e WHERE e.job_id = %(job)s
+            ORDER BY 1, 2
+        """
+        before = tables.rows(gate_rows, {"job": job_id})
         with pytest.raises(tenure.Conflict):  # a second verdict for the same gate
             await app.record_verdict(run.id, "qa", HANDED_OUT[key], Verdict("reject"))
-        assert tables.snapshot() == before
+        assert tables.rows(gate_rows, {"job": job_id}) == before
         finished = await app.wait_run(run.id, timeout=30)
         assert finished.state == "succeeded"
         waits = tables.rows("SELECT name, state FROM tenure_waitpoints")
