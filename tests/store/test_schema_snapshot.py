@@ -25,6 +25,7 @@ from tenure._store._migrate import discover
 pytestmark = pytest.mark.storage
 
 SCHEMA_SQL = Path(tenure._store.__file__).with_name("schema.sql")
+README = Path(__file__).resolve().parents[2] / "README.md"
 AS_OF = re.compile(r"^-- As of migration: (\d{4}_[a-z0-9_]+)$", re.MULTILINE)
 
 Catalog = dict[str, str]
@@ -276,6 +277,15 @@ def test_schema_sql_names_the_newest_migration() -> None:
         f"schema.sql's header says it is as of {stated}, but the newest migration is "
         f"{newest.version:04d}_{newest.name}: bring schema.sql up to date and move that line"
     )
+
+
+def test_the_readme_lists_every_table(migrated: Catalog) -> None:
+    section = README.read_text(encoding="utf-8").split("\n## Schema\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    tables = {key.split(" ", 1)[1] for key, kind in migrated.items() if kind.startswith("kind=r ")}
+    assert "tenure_jobs" in tables
+    listed = set(re.findall(r"^- `(tenure_\w+)`:", section, re.MULTILINE))
+    assert listed == tables, f"README's Schema section lists {sorted(listed)}"
 
 
 # The comparison itself must see a change of each kind: schema.sql with one thing changed
