@@ -2,7 +2,7 @@
 
 Module map:
 
-    _unpleasant   `run_chaos` / `main`: the stale-owner test against a user's own tool and
+    _unpleasant   `run_chaos` / `main`: the unpleasant test against a user's own tool and
                   receiver (``tenure chaos MODULE:APP TOOL [PAYLOAD] --receiver URL
                   --receiver-env NAME``): W1 sends, loses the database, its lease ends,
                   W2 redoes the call; the receiver must refuse W1 and apply one effect
