@@ -62,3 +62,38 @@ def test_the_entry_pattern_reads_the_maps_as_written() -> None:
     entries = ENTRY.findall(docstring(SOURCE / "_store"))
     assert ("_lease", "") in entries and ("queries", "/") in entries
     assert ("schema", ".sql") in entries
+
+
+ROOT = SOURCE.parents[1]
+ARCHITECTURE = ROOT / "ARCHITECTURE.md"
+# `_worker/_heartbeat.py`, `queries/jobs.sql`, `tests/e2e/`, `_pipeline._engine`, ...
+PATH = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:py|sql|md)|(?:[\w.-]+/)+)`")
+DOTTED = re.compile(r"`(_\w+(?:\._?\w+)+)`")
+
+
+def _exists(name: str) -> bool:
+    """A path from the repository's root or from the package, or a file's own name
+    (``_lease.py``) or tail (``queries/jobs.sql``) anywhere in the package."""
+    if (ROOT / name).exists() or (SOURCE / name).exists():
+        return True
+    tail = name.rstrip("/")
+    return any(path.as_posix().endswith("/" + tail) for path in SOURCE.rglob("*"))
+
+
+def test_architecture_names_only_modules_and_files_that_exist() -> None:
+    """ARCHITECTURE.md cites files by path: a move or a rename fails here until the map
+    follows it."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    paths = set(PATH.findall(text))
+    dotted = {
+        name.replace(".", "/")
+        for name in DOTTED.findall(text)
+        if not name.endswith((".py", ".sql", ".md"))
+    }
+    assert len(paths) > 30 and "_worker/_heartbeat.py" in paths  # the pattern reads the map
+    gone = sorted(
+        name
+        for name in paths | {d + ".py" for d in dotted}
+        if "*" not in name and not _exists(name) and not _exists(name.removesuffix(".py"))
+    )
+    assert not gone, f"ARCHITECTURE.md names what is not there: {gone}"
