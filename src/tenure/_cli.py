@@ -787,7 +787,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--jobs", type=integer(1, 1000), default=24)
     demo.add_argument("--workers", type=integer(2, 16), default=3)
     demo.add_argument(
-        "--pipeline", action="store_true", help="ADR 0067's review pipeline under SIGKILL instead"
+        "--pipeline", action="store_true", help="the review pipeline under SIGKILL instead"
     )
     demo.add_argument(
         "--runs", type=integer(1, 200), default=6, help="pipeline runs (with --pipeline)"

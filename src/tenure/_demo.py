@@ -274,7 +274,7 @@ def run_demo(
 
 
 def run_pipeline_demo(*, runs: int = 6, workers: int = 3, dsn: str | None = None) -> int:
-    """`tenure demo --pipeline`: ADR 0067's review pipeline under SIGKILL.
+    """`tenure demo --pipeline`: the review pipeline (tenure.examples.review) under SIGKILL.
 
     The pipeline and the demo live in tenure.examples.review(_demo); this sets up
     their database and tracker (the example case service) and cleans up after.

@@ -38,7 +38,7 @@ def _positive(name: str, value: float, *, low: float, high: float) -> float:
 class LeasePolicy:
     """Lease L, heartbeat H, jitter reserve J and tolerated missed beats R.
 
-    The defaults are the article's first-run numbers: a 90 s lease renewed every
+    The defaults are a common first choice, not a rule: a 90 s lease renewed every
     30 s survives two lost heartbeats and 20 s of jitter (90 > 2·30 + 20).
     ``safety_margin`` is the lease time a tool must still have before an
     irreversible step (`Context.ensure_owned`); it defaults to J.

@@ -42,7 +42,7 @@ OPERATION = "case"
 # One client per event loop: building an httpx client loads an SSL context, which
 # blocks the loop for 50-200 ms on a busy 2-core machine. A fresh client per call,
 # eight calls at once, stalls the loop past a heartbeat and the worker (rightly)
-# withholds every lease; see the report of issue 7.
+# withholds every lease.
 _clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
 
 

@@ -1,4 +1,4 @@
-"""The article's "unpleasant test", end to end, with real processes and a real receiver.
+"""The "unpleasant test", end to end, with real processes and a real receiver.
 
 W1 claims a job and sends its request to the example case service; then W1 is
 cut off from PostgreSQL (a FaultProxy in ``blackhole`` or ``reset``) or frozen
@@ -235,7 +235,8 @@ def unpleasant(
 
 
 def check(stage: Stage, run: Run) -> None:
-    """Everything the article demands of the outcome, from every independent source."""
+    """What the test demands (W1 neither extends, nor commits, nor causes a second effect;
+    W2's result stands under W2's token), checked from every independent source."""
     t1, t2, w1, w2 = run.t1, run.t2, run.w1, run.w2
     logs = stage.workers.logs()
 

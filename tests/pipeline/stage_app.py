@@ -180,8 +180,8 @@ def build_app(dsn: str | None = None) -> App:
             return Verdict("reject", reason=f"round {round} lacks tests", diagnosis="add tests")
         return Verdict("approve")
 
-    # The ADR's review: developer agent → QA gate (may reject → correction → QA again)
-    # → SecOps gate.
+    # The review pipeline: developer agent → QA gate (may reject → correction → QA
+    # again) → SecOps gate.
     app.pipeline(
         "review",
         [

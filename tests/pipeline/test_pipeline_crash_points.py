@@ -1,12 +1,13 @@
 """SIGKILL a worker at each point of a stage, then restart: the run ends, every effect once.
 
-ADR 0067's review pipeline lost work in two windows: a crash before a gate recorded
-its verdict, and a crash after the verdict was recorded but before the call that
-dispatched the next step. Here the stage app's hooks kill the worker at exact points
+A review engine that recorded a gate's verdict and then dispatched the next step in a
+separate call lost work in two windows: a crash before the gate recorded its verdict,
+and a crash after the verdict was recorded but before the call that dispatched the
+next step. Here the stage app's hooks kill the worker at exact points
 of the QA gate and the stages around it. Only one worker runs until it dies, so the
 tables show exactly what the crash left; then a second worker takes over.
 
-The run is the ADR's: develop → QA (rejects round 1 with a reason) → correct → QA
+The run is that engine's review: develop → QA (rejects round 1 with a reason) → correct → QA
 (approves) → SecOps (approves).
 """
 

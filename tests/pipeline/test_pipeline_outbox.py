@@ -1,7 +1,7 @@
 """External systems of record: the next step's intent is an outbox job, delivered once.
 
-ADR 0067's gates recorded their verdict in a remote API and then, in a separate step,
-dispatched the next call; a crash in between lost it. Here a gate's outcome writes its
+A review engine's gates recorded their verdict in a remote API and then, in a separate
+step, dispatched the next call; a crash in between lost it. Here a gate's outcome writes its
 outbox job in the same transaction, and the delivery carries the job's idempotency key
 and fencing token to the receiver (the example case service, a real HTTP process). A
 delivery whose every attempt failed is sent again by the rescuer — the same job, so the

@@ -1,7 +1,8 @@
 """Verdict ownership: only the gate that still holds the stage may decide it.
 
-The ADR's API accepted ``record_gate_verdict`` only from the gate owning the PR's
-gate status, but a late second verdict leaked out as a generic 500. Here a late or
+A review engine's tracker accepted a gate's verdict only from the gate that still
+owned the pull request's gate status, but a late second verdict leaked out as a
+generic 500 rather than a conflict. Here a late or
 duplicate verdict is a typed Conflict, and the tables are byte-for-byte unchanged.
 
 Gate "workers" are played by the test through the store's claim, so nothing runs in

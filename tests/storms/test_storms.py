@@ -28,7 +28,7 @@ from tenure._embedded import EmbeddedPostgres
 from tenure._store import migrate
 
 # Storage tests, and heavy: .ci/run runs the slow ones once (on the embedded server),
-# not again in its PostgreSQL 15 pass (they also pass there; see the report of issue 7).
+# not again in its PostgreSQL 15 pass (they also pass there).
 pytestmark = [pytest.mark.storage, pytest.mark.slow]
 
 APP = "tests.apps.storm_app:app"

@@ -1,10 +1,19 @@
 """``tenure chaos`` and the fault harness it runs on.
 
-- `run_chaos` / `main`: the article's unpleasant test against a user's own tool and
-  receiver (``tenure chaos MODULE:APP TOOL [PAYLOAD] --receiver URL --receiver-env NAME``);
-- `Supervisor`, `FaultProxy`, `wait_for`: worker processes, the per-link fault proxy,
-  polling with a deadline (the test suite uses the same ones);
-- `_history`, `_worker_main`: what each worker saw, in a local file.
+Module map:
+
+    _unpleasant   `run_chaos` / `main`: the unpleasant test against a user's own tool and
+                  receiver (``tenure chaos MODULE:APP TOOL [PAYLOAD] --receiver URL
+                  --receiver-env NAME``): W1 sends, loses the database, its lease ends,
+                  W2 redoes the call; the receiver must refuse W1 and apply one effect
+    _harness      `Supervisor`: real worker processes, started, broken, always cleaned
+                  up; `wait_for`: polling with a deadline
+    _proxy        `FaultProxy`: a TCP proxy per link that resets, blackholes, holds or
+                  delays it
+    _history      what each worker process saw, in a local JSON-lines file
+    _worker_main  ``tenure worker`` plus that history (how chaos starts its workers)
+
+The test suite uses the same harness, proxy and polling.
 
 The storms, their checker and the soak are test tooling, not shipped: ``tests/support/storm``.
 """

@@ -1,4 +1,8 @@
-"""``tenure chaos``: the article's unpleasant test, run against your own tool and receiver.
+"""``tenure chaos``: the unpleasant test, run against your own tool and receiver.
+
+The test the lease protocol is judged by: cut the first owner off after it acted, let
+its lease expire and a second owner redo the work, then let the first one come back;
+it must neither extend, nor commit, nor cause a second effect.
 
 1. W1 (a real ``tenure worker`` process) claims one call of your tool and sends its
    request to your receiver, through a recording proxy.

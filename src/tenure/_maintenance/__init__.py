@@ -1,0 +1,17 @@
+"""The background services every worker runs, each on the one `Service` contract.
+
+Module map:
+
+    _service         Service: config validated eagerly, idempotent start/stop, run_once()
+                     for tests, one error policy (log, survive, try again next round)
+    _rescuer         Rescuer: exhausted expired leases fail; stuck pipeline runs move on;
+                     failed outbox deliveries go again; expired waitpoints resume or fail
+    _scheduler       Scheduler: enqueues each slot of a periodic schedule once, across workers
+    _cron            five-field cron expressions, read in UTC (used by the scheduler)
+    _job_pruner      JobPruner: deletes finished jobs past their own retention (prune_after)
+    _journal_pruner  JournalPruner: deletes journal rows past the journal's retention
+                     (started with a worker's telemetry, tenure._observe._runtime)
+    _statistics      StatisticsKeeper: ANALYZE tenure_jobs after a burst the planner missed
+
+They reach the database only through the store (tenure._store).
+"""

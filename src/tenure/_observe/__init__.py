@@ -8,7 +8,8 @@ users see them through ``tenure.telemetry`` (``attach``, the catalogue `_events.
     _journal    keyed payload hashes; the batched writer for observed events
     _metrics    event-fed counters and histograms; gauges read from the database
     _http       /metrics, the loopback rule, uvicorn on a thread
-    _runtime    what a worker starts: writer, pruner, /metrics
+    _runtime    what a worker starts for observability: the writer, the journal pruner
+                (tenure._maintenance._journal_pruner) and /metrics
     _fence      FenceObserver, the receiver's side (stale_fence_rejected)
     _doctor     `tenure doctor`'s checks
     _pages      the dashboard's HTML

@@ -6,9 +6,10 @@ job's fenced commit, the stage's close, the run's new context and state, and
 the next stages' jobs. Every write of that
 statement passes through the same gate (the fenced commit, or the
 compare-and-set of the stage for a verdict from outside), so all of it lands
-or none of it does. ADR 0067's two windows cannot exist: before the commit
-nothing was recorded and the stage's lease brings it back; after it, the next
-step is already a queued job.
+or none of it does. So the two windows in which a review engine that recorded
+a gate's verdict and dispatched the next step separately lost work cannot
+exist: before the commit nothing was recorded and the stage's lease brings it
+back; after it, the next step is already a queued job.
 """
 
 from __future__ import annotations

@@ -13,7 +13,12 @@ Module map (data flows top to bottom):
     _store        Store: all of the above over one pool
     _lease        LeaseConnection: the heartbeat thread's own connection
     _listener     Listener: the LISTEN connection
+    _queries      the .sql files' parser: ``-- name:`` statements, loaded once
     _migrate      plain-SQL migrations (migrations/*.sql)
+
+    queries/      every statement, named: jobs, waitpoints, maintenance, observe, pipeline
+    migrations/   0001_jobs.sql ...: the only way tenure's tables are made
+    schema.sql    what the migrations add up to, for reading (a test keeps it equal)
 
 Everything above the store imports from this package, never from its modules.
 """

@@ -1,0 +1,18 @@
+"""The worker: claims jobs, runs each tool call under its lease, commits what it still owns.
+
+Module map (a job passes through them top to bottom):
+
+    _worker     Worker: the claim loop (woken by NOTIFY or a timer), one task per call,
+                its services on one exit stack, soft then hard shutdown
+    _ownership  what the process knows of one lease: owned / unknown / lost, and the
+                conservative local deadline (shared by the heartbeat thread and the tool)
+    _heartbeat  HeartbeatThread: one batched, fenced extension per tick on its own thread
+                and connection, and the deadline watcher thread
+    _executor   runs one call (async on the loop, plain functions on a thread of their
+                own), enforces the time limit, turns what happened into an outcome
+    _completer  Completer: fenced commits, batched; a stage's outcome goes through its
+                run's transition (tenure._pipeline._engine) instead
+
+A tool's `Context` (tenure._context) is built here, per claim. ARCHITECTURE.md, at the
+repository's root, draws the threads and the life of a job.
+"""

@@ -1,8 +1,11 @@
-"""ADR 0067's review pipeline on tenure: developer agent → QA gate → SecOps gate.
+"""A review pipeline on tenure: developer agent → QA gate → SecOps gate.
 
-The ADR's engine lost work in two windows: a crash before a gate recorded its
-verdict (``in_progress``), and a crash after the verdict was recorded but before
-the in-process call that dispatched the next step (``dispatch_pending``). Here
+It comes from the design notes of a review engine whose gates did not survive a
+restart. That engine lost work in two windows: a crash before a gate recorded its
+verdict (``in_progress``), and a crash after the verdict was recorded at the
+tracker but before the in-process call that dispatched the next step
+(``dispatch_pending``: the tracker then waited forever for a step nobody had
+started, and no restart could tell it was missing). Here
 every step is a leased job, and a gate's verdict, the record of it for the
 tracker (an outbox job) and the next step's job commit in one transaction.
 
@@ -16,11 +19,11 @@ The agents are simulated (they think for a second instead of calling a model):
   verdict (hours, a weekend), holding no lease and no worker slot meanwhile, and
   ``app.record_verdict`` moves the run on when the maintainer decides;
 - ``record_gate_status`` is the outbox of both gates: it records the decision at
-  the tracker (the example case service, the ADR's "api") over HTTP, fenced with
+  the tracker (the example case service, standing in for the tracker's API) over HTTP, fenced with
   the job's token and idempotency key, so a repeated delivery is replayed, not
   applied again.
 
-Run it (embedded PostgreSQL, worker processes, SIGKILLs at the ADR's two
+Run it (embedded PostgreSQL, worker processes, SIGKILLs in those two
 windows, and a report)::
 
     python -m tenure.examples.review        # the same as: tenure demo --pipeline

@@ -1,8 +1,9 @@
-"""`tenure demo --pipeline`: the review pipeline under SIGKILL at ADR 0067's two windows.
+"""`tenure demo --pipeline`: the review pipeline under SIGKILL in the two windows that lose work.
 
 Worker processes run `tenure.examples.review:app`; the demo starts review runs,
-kills a worker right after it committed a QA verdict (the ADR's
-``dispatch_pending`` window) and another while it holds a gate (``in_progress``),
+kills a worker right after it committed a QA verdict (``dispatch_pending``: the
+verdict recorded, the next step not yet dispatched) and another while it holds a
+gate (``in_progress``: no verdict recorded yet),
 sends the killed gate's verdict late (it must be refused), and reports what
 happened. Nothing here decides anything the library does not: the report reads
 tenure's own tables through the App.

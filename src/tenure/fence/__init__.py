@@ -22,6 +22,17 @@ Telemetry (metrics, log lines and journal rows of the receiver's decisions)::
 
 `FenceObserver` is imported on first use: it needs prometheus-client and
 Starlette, which a receiver that does not ask for it never loads.
+
+Module map (these modules import tenure's error tree, its event log and the store's
+migration runner and SQL parser, nothing of the worker side):
+
+    _core       the guard's decisions, free of I/O: each operation a plan of named steps
+    _guard      FenceGuard / SyncFenceGuard: drive those plans on the receiver's database
+    _asgi       FenceMiddleware: the guard in front of any ASGI app
+    _httpx      FencedAuth: the sending side (headers on, ownership checked, then send)
+    _signing    the fence headers on the wire: names, validation, the HMAC signature
+    _errors     the kit's own refusals, on tenure's error tree
+    _schema     the kit's named statements (queries.sql) and migrations (migrations/*.sql)
 """
 
 import typing as _typing

@@ -4,4 +4,11 @@ Each adapter is its own module behind its own extra, so the core install pulls i
 no agent framework: ``tenure.integrations.pydantic_ai`` (``tenure[pydantic-ai]``)
 and ``tenure.integrations.openai_agents`` (``tenure[openai-agents]``). What they
 share (keys, waiting, what a failed job may tell a model) is in ``_calls``.
+
+Module map:
+
+    _calls         one tool call as one job, framework-free: its key, waiting, deferral,
+                   what a failure may tell the model
+    pydantic_ai    TenureToolset: a pydantic-ai toolset (deferred tools past defer_after)
+    openai_agents  TenureTools: OpenAI Agents SDK FunctionTools
 """

@@ -6,6 +6,15 @@ release: `TESTED_SDK`). `server` builds the SDK's server over an `App`;
 MODULE:APP`` command does the same from a shell. Protocol revisions: the newest
 the SDK speaks (`PROTOCOL_REVISION`, 2026-07-28) and the handshake revisions
 before it; no MCP tasks (the SDK implements none: see ``_sdk``).
+
+Module map:
+
+    _server   server(app): lists the tools, runs each tools/call as a job, relays progress
+    _caller   who is calling: the tenant a caller's jobs and keys live in
+    _outcome  job states as MCP results, in one place
+    _serve    stdio, and streamable HTTP under the dashboard's access rules
+    _command  ``tenure mcp MODULE:APP``
+    _sdk      the SDK release and protocol revisions this adapter targets
 """
 
 from __future__ import annotations

@@ -1,0 +1,525 @@
+-- tenure's schema as it stands after every migration, in one file, for reading.
+--
+-- As of migration: 0008_waitpoints
+--
+-- Nothing applies this file: `tenure migrate` runs migrations/*.sql in order, and that is
+-- the only way tenure's tables are made. This file is what those migrations add up to,
+-- written out once in dependency order with a short note on why each thing is there (the
+-- migration that made it, 0001-0008, says more). Statements that migrations later replaced
+-- are shown only in their current form: tenure_admit (0004, replaced in 0005), the claim
+-- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
+-- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
+--
+-- tests/store/test_schema_snapshot.py applies this file to one fresh schema and the
+-- migrations to another, and compares their catalogs (columns, constraints, indexes,
+-- functions, triggers, sequences, views) and the "As of migration" line above against the
+-- newest migration. So a new migration fails that test until this file says the same:
+-- add your change here, where it belongs (a new column at the end of its table, as ALTER
+-- TABLE ... ADD COLUMN puts it), and move the "As of migration" line.
+--
+-- Every lease decision in tenure compares against clock_timestamp(), the database's
+-- clock, never a worker's; that is why the defaults below use it rather than now().
+
+
+-- == Migrations ==============================================================================
+
+-- Which migrations have been applied (made by the migration runner, _store/_migrate.py, before
+-- the first migration; the receiver kit keeps its own, tenure_fence_migrations, in the
+-- receiver's database).
+CREATE TABLE tenure_migrations (
+    version     integer PRIMARY KEY,
+    name        text        NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+);
+
+
+-- == Sequences ===============================================================================
+
+-- Every claim draws its fencing token here: one sequence for the whole system, so tokens are
+-- monotonic across jobs, workers and restarts (like an etcd revision). A receiver keeps the
+-- highest token it accepted per scope and refuses a lower one.
+CREATE SEQUENCE tenure_fence_token AS bigint;
+
+-- The fair line's floor: the highest head position any enqueue has seen. Once the line
+-- empties, newcomers are placed here, not back at zero, so a job still waiting (delayed, or
+-- retried later) keeps its place ahead of them. A sequence, not a row, so no enqueue ever
+-- waits for another's lock on it.
+CREATE SEQUENCE tenure_position_floor AS bigint MINVALUE 0 START 0;
+
+
+-- == Jobs ====================================================================================
+
+-- The first of p_count places in line for jobs of p_tenant, after checking its quota
+-- (start-time fair queuing: a tenant's next job goes after that tenant's own queued jobs,
+-- but never before the current head of the line, so tenants with work queued are served in
+-- turn whatever their backlogs). With p_quota the tenant's enqueues are serialized by an
+-- advisory lock held until the enqueue commits, and the count is taken by a later statement
+-- of this VOLATILE function, on a fresh snapshot: two producers never both see room for the
+-- last slot. Over quota: SQLSTATE TQ001 (the store raises QuotaExceeded), nothing written.
+-- Defined before tenure_jobs because the table's `position` default calls it (a plpgsql body
+-- is not resolved until it runs).
+CREATE FUNCTION tenure_place(p_tenant text, p_count integer, p_quota integer) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_queued bigint;
+    v_floor  bigint;
+    v_head   bigint;
+    v_last   bigint;
+BEGIN
+    IF p_quota IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(2116944901, hashtext(p_tenant));
+        SELECT count(*) INTO v_queued
+        FROM tenure_jobs WHERE tenant = p_tenant AND state = 'queued';
+        IF v_queued + p_count > p_quota THEN
+            RAISE EXCEPTION 'tenant quota exceeded'
+                USING ERRCODE = 'TQ001',
+                      DETAIL = format('tenant %L has %s queued jobs; %s more would pass its quota of %s',
+                                     p_tenant, v_queued, p_count, p_quota);
+        END IF;
+    END IF;
+    SELECT last_value INTO v_floor FROM tenure_position_floor;
+    SELECT j.position INTO v_head
+    FROM tenure_jobs j
+    WHERE j.state = 'queued' AND NOT j.held
+    ORDER BY j.priority DESC, j.position, j.id
+    LIMIT 1;
+    IF v_head > v_floor THEN
+        PERFORM setval('tenure_position_floor', v_head);
+        v_floor := v_head;
+    END IF;
+    SELECT max(j.position) INTO v_last
+    FROM tenure_jobs j WHERE j.tenant = p_tenant AND j.state = 'queued';
+    RETURN greatest(v_floor, v_last + 1);
+END;
+$$;
+
+-- One row per tool call. Columns are in the order the migrations added them.
+CREATE TABLE tenure_jobs (
+    id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tool              text        NOT NULL CHECK (length(tool) BETWEEN 1 AND 200),
+    -- 'waiting': suspended at a waitpoint (no lease, no heartbeat, no worker slot).
+    state             text        NOT NULL DEFAULT 'queued'
+                      CHECK (state IN ('queued', 'running', 'waiting', 'succeeded', 'failed',
+                                       'cancelled')),
+    -- The lease: who holds the job, until when (database clock), last confirmed when.
+    owner             text,
+    lease_until       timestamptz,
+    heartbeat_at      timestamptz,
+    -- The current lease's fencing token (from tenure_fence_token; 0 before the first claim).
+    -- Every extension and commit matches owner + token + state 'running' + a live lease.
+    token             bigint      NOT NULL DEFAULT 0,
+    attempt           integer     NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    max_attempts      integer     NOT NULL CHECK (max_attempts BETWEEN 1 AND 1000),
+    priority          smallint    NOT NULL DEFAULT 0,
+    -- Not claimable before this (a delayed enqueue, a retry's backoff).
+    run_after         timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- Unique per tenant (tenure_jobs_tenant_key below): a repeated key returns this job.
+    idempotency_key   text        NOT NULL CHECK (length(idempotency_key) BETWEEN 1 AND 500),
+    payload           jsonb       NOT NULL,
+    -- Fingerprint of tool + payload: the same key with a different call is a conflict.
+    payload_hash      text        NOT NULL,
+    result            jsonb,
+    error             jsonb,
+    created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at       timestamptz,
+    -- (0002) The producer's keyed hash (HMAC-SHA256 under the journal key) of tool and
+    -- payload: tells "the same request twice" from "two requests" without the payload, and
+    -- without the dictionary attack an unkeyed hash of a short payload invites. NULL when
+    -- the producer has no journal key. Copied into every journal row of the job.
+    payload_hmac      text        CHECK (length(payload_hmac) <= 128),
+    -- When the current attempt was claimed: a commit journals how long the attempt ran.
+    claimed_at        timestamptz,
+    -- (0004) Per-key concurrency limits: the key, and the limit the app declared for it when
+    -- the job was queued (from code, never from the request). `held` keeps a keyed job out
+    -- of the ordinary claim; it is false only for a moment inside the claiming transaction
+    -- that admitted it (tenure_admit), so no committed state shows a keyed job the ordinary
+    -- claim could take.
+    concurrency_key   text        CHECK (length(concurrency_key) BETWEEN 1 AND 500),
+    concurrency_limit integer     CHECK (concurrency_limit BETWEEN 1 AND 100000),
+    held              boolean     NOT NULL DEFAULT false,
+    -- (0005) The job's tenant ('' for none) and its place in the fair line. A retry or a
+    -- released lease keeps the place: it was already in line. Statements that insert jobs
+    -- without placing them (pipeline stages) get a place from the default.
+    tenant            text        NOT NULL DEFAULT '' CHECK (length(tenant) <= 200),
+    position          bigint      NOT NULL DEFAULT tenure_place('', 1, NULL),
+    -- (0006) Retention is the idempotency window: the job's own (from the enqueue, else its
+    -- tool, else its app), stamped as prune_after by the statement that ends the job, so a
+    -- pruner never applies one worker's setting to another application's jobs.
+    retain_ms         bigint      NOT NULL DEFAULT 604800000
+                      CHECK (retain_ms BETWEEN 1000 AND 315360000000),
+    prune_after       timestamptz,
+    -- (0007) The last progress the current owner reported ({"done", "total", "message",
+    -- "at"}), written under the same predicate as a heartbeat. The message is the tool's
+    -- own text: it stays on this row and never enters the journal. Cleared by a claim.
+    progress          jsonb,
+    -- (0008) The job's answered or timed-out waitpoints by name ({"approval": {"answer": ...,
+    -- "timed_out": false, "at": ...}}): the claim hands them to the resumed tool.
+    waitpoints        jsonb,
+    CONSTRAINT running_has_lease
+        CHECK (state <> 'running' OR (owner IS NOT NULL AND lease_until IS NOT NULL)),
+    CONSTRAINT concurrency_key_has_limit
+        CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL)),
+    CONSTRAINT held_jobs_have_a_key CHECK (NOT held OR concurrency_key IS NOT NULL)
+);
+
+-- The claim: queued rows in pick order. Partial, so finished rows never slow it down (a
+-- claim over `state = 'queued' OR expired` walked every finished row). `held` leads, so the
+-- ordinary claim reads the `held = false` part and a backlog of keyed jobs waiting for their
+-- limit never lies in its way; admission reads the `held = true` part. Ordered by place in
+-- line; run_after last, so the claim steps over jobs not yet due inside the index instead of
+-- fetching each from the heap. One index, not several partial ones: the planner weighs every
+-- partial index on tenure_jobs for each statement, and the claim is planned on every call.
+CREATE INDEX tenure_jobs_queued ON tenure_jobs (held, priority DESC, position, id, run_after)
+    WHERE state = 'queued';
+
+-- Expired leases (the claim's reclaim branch, the rescuer, an idle worker's next expiry).
+-- Plain, not partial: a partial one, with statistics gathered while nothing ran, was measured
+-- to poison the by-id heartbeat and commit plans. lease_until is NULL outside 'running', so
+-- it stays small.
+CREATE INDEX tenure_jobs_lease_until ON tenure_jobs (lease_until);
+
+-- A tenant's queued jobs in line order: its last place (where its next job goes) and its
+-- queued count (its quota).
+CREATE INDEX tenure_jobs_tenant_queued ON tenure_jobs (tenant, position)
+    WHERE state = 'queued';
+
+-- Idempotency keys belong to their tenant: two tenants may use the same key for different
+-- calls and never see each other's job. Pipeline stages keep their keys in tenant ''.
+CREATE UNIQUE INDEX tenure_jobs_tenant_key ON tenure_jobs (tenant, idempotency_key);
+
+-- The job pruner walks each of its tools' expired jobs in prune_after order.
+CREATE INDEX tenure_jobs_prune ON tenure_jobs (tool, prune_after)
+    WHERE prune_after IS NOT NULL;
+
+-- One notification on channel tenure_jobs per enqueueing statement wakes idle workers; the
+-- payload is empty (workers claim whatever is due), so a bulk insert costs one NOTIFY, not
+-- one per row. NOTIFY takes a global lock at commit, so an enqueue that inserted nothing (a
+-- repeated idempotency key) sends none: the trigger looks at the transition table first.
+CREATE FUNCTION tenure_notify_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM inserted) THEN
+        PERFORM pg_notify('tenure_jobs', '');
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER tenure_jobs_notify AFTER INSERT ON tenure_jobs
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION tenure_notify_inserted();
+
+-- A job that goes back to the queue (a retry, a released lease, an operator's retry, an
+-- answered waitpoint) wakes workers too; PostgreSQL folds identical notifications within a
+-- transaction.
+CREATE FUNCTION tenure_notify_queued() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('tenure_jobs', '');
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER tenure_jobs_requeued AFTER UPDATE OF state ON tenure_jobs
+    FOR EACH ROW WHEN (NEW.state = 'queued' AND OLD.state IS DISTINCT FROM NEW.state)
+    EXECUTE FUNCTION tenure_notify_queued();
+
+-- One notification per chunk of items on p_channel, in the calling statement's transaction
+-- (delivered at its commit, never for a rollback). A NOTIFY payload is at most 8,000 bytes;
+-- 300 ids of up to 19 digits and a separator fit. Channels:
+--   tenure_done      ids of jobs that ended (succeeded, failed, cancelled): waiters look again;
+--   tenure_progress  ids of jobs whose progress changed: watchers look again;
+--   tenure_cancel    id:token of jobs cancelled while running: their owner stops the call now.
+CREATE FUNCTION tenure_notify(p_channel text, p_items text[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_sent integer := 0;
+    v_from integer := 1;
+BEGIN
+    WHILE v_from <= coalesce(cardinality(p_items), 0) LOOP
+        PERFORM pg_notify(p_channel, array_to_string(p_items[v_from:v_from + 299], ','));
+        v_from := v_from + 300;
+        v_sent := v_sent + 1;
+    END LOOP;
+    RETURN v_sent;
+END;
+$$;
+
+
+-- == Concurrency limits ======================================================================
+
+-- Who holds a key's slots: one row per job admitted under a key. A row counts while its job is
+-- running with an unexpired lease; the others are swept when the key is next decided (and with
+-- their jobs by the job pruner). A table of its own, so the jobs table needs no extra index to
+-- count a key's running jobs. No foreign key: the pruner deletes both in one statement.
+CREATE TABLE tenure_concurrency_slots (
+    concurrency_key text   NOT NULL,
+    job_id          bigint NOT NULL,
+    PRIMARY KEY (concurrency_key, job_id)
+);
+
+-- Admit held jobs up to their keys' limits, for the claim that follows in the same
+-- transaction; returns the admitted ids (the caller holds them again before committing).
+--
+-- Race-free under READ COMMITTED: a key is decided only under its transaction-level advisory
+-- lock, which stays held until the claiming transaction has committed. The key's live jobs are
+-- counted by separate statements of this VOLATILE function, so on fresh snapshots taken after
+-- the lock was granted: they see every admission of that key that committed before. (A count
+-- inside one claim statement would use that statement's snapshot, and two claimers could both
+-- count N-1.) Without the lock a job can only stop being live (finish, cancel, release, lease
+-- expiry; an expired lease is never extended again), which lowers the count. A key whose lock
+-- another claimer holds is passed over, like SKIP LOCKED; each row is checked again and locked
+-- under a fresh snapshot before it is admitted. Candidates come in the claim's own order.
+CREATE FUNCTION tenure_admit(p_tools text[], p_wanted integer) RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    c record;
+    v_now timestamptz := clock_timestamp();
+    locked text[] := '{}';  -- keys this transaction decides
+    live integer[] := '{}'; -- live jobs per locked key, counting the ones admitted here
+    skipped text[] := '{}'; -- keys at their limit, or being decided by another claimer
+    k integer;
+    admitted integer := 0;
+    rescan boolean := true;
+BEGIN
+    -- Candidates: expired leases first, then queued jobs in claim order (Append keeps the
+    -- branches' order). A key found full or busy is skipped by scanning again without it,
+    -- so its backlog is passed over by the executor, not row by row here; without a skip,
+    -- p_wanted rows of each branch are enough (the LIMIT also makes the plan an ordered
+    -- index scan instead of sorting every held job).
+    WHILE rescan AND admitted < p_wanted LOOP
+        rescan := false;
+        FOR c IN
+            (SELECT j.id, j.concurrency_key AS key, j.concurrency_limit AS lim
+             FROM tenure_jobs j
+             WHERE j.lease_until < v_now
+               AND j.state = 'running'
+               AND j.held
+               AND j.attempt < j.max_attempts
+               AND j.tool = ANY(p_tools)
+               AND j.concurrency_key <> ALL(skipped)
+             ORDER BY j.lease_until
+             LIMIT p_wanted)
+            UNION ALL
+            (SELECT j.id, j.concurrency_key, j.concurrency_limit
+             FROM tenure_jobs j
+             WHERE j.state = 'queued'
+               AND j.held
+               AND j.run_after <= v_now
+               AND j.tool = ANY(p_tools)
+               AND j.concurrency_key <> ALL(skipped)
+             ORDER BY j.priority DESC, j.position, j.id
+             LIMIT p_wanted)
+        LOOP
+            k := array_position(locked, c.key);
+            IF k IS NULL THEN  -- the key's first candidate: decide it, unless someone else does
+                IF pg_try_advisory_xact_lock(2116944900, hashtext(c.key)) THEN
+                    DELETE FROM tenure_concurrency_slots s
+                    WHERE s.concurrency_key = c.key
+                      AND NOT EXISTS (SELECT FROM tenure_jobs r
+                                      WHERE r.id = s.job_id
+                                        AND r.state = 'running'
+                                        AND r.lease_until > clock_timestamp());
+                    locked := locked || c.key;
+                    live := live || (SELECT count(*)::integer FROM tenure_concurrency_slots s
+                                     WHERE s.concurrency_key = c.key);
+                    k := cardinality(locked);
+                END IF;
+            END IF;
+            IF k IS NULL OR live[k] >= c.lim THEN  -- another claimer decides it, or it is full
+                skipped := skipped || c.key;
+                rescan := true;
+                EXIT;
+            END IF;
+            PERFORM FROM tenure_jobs r
+            WHERE r.id = c.id
+              AND r.held
+              AND r.concurrency_key = c.key
+              AND CASE WHEN r.state = 'running'
+                       THEN r.lease_until < clock_timestamp() AND r.attempt < r.max_attempts
+                       ELSE r.state = 'queued' AND r.run_after <= clock_timestamp() END
+            FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            UPDATE tenure_jobs r SET held = false WHERE r.id = c.id;
+            INSERT INTO tenure_concurrency_slots (concurrency_key, job_id) VALUES (c.key, c.id)
+            ON CONFLICT DO NOTHING;
+            live[k] := live[k] + 1;
+            admitted := admitted + 1;
+            RETURN NEXT c.id;
+            EXIT WHEN admitted >= p_wanted;
+        END LOOP;
+    END LOOP;
+END;
+$$;
+
+
+-- == The journal =============================================================================
+
+-- The technical journal: what an operator needs at 02:00 (who held which token, when its
+-- lease was last confirmed, what it sent), and nothing private: ids, tokens, codes and
+-- durations, never payloads, results or a tool's text. No foreign key to the job: the
+-- journal keeps its own retention and outlives pruned jobs.
+CREATE TABLE tenure_events (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at            timestamptz NOT NULL DEFAULT clock_timestamp(),
+    kind          text        NOT NULL,
+    job_id        bigint,
+    token         bigint,
+    attempt       integer,
+    worker        text,
+    tool          text,
+    detail        jsonb       NOT NULL DEFAULT '{}'::jsonb,
+    -- (0002) The error code, the reason a lease was lost, or a fence decision.
+    code          text,
+    -- What it measures depends on the kind (README, "Events"; _observe/_events.py).
+    duration_ms   bigint,
+    -- Copied from the job, so a journal that outlives its jobs still has it.
+    payload_hmac  text
+);
+
+-- A job's timeline.
+CREATE INDEX tenure_events_job ON tenure_events (job_id, id);
+
+-- The journal pruner (by age) and reads of a time range.
+CREATE INDEX tenure_events_at ON tenure_events (at);
+
+-- Ownership events are rare next to claims and commits: this partial index lets the dashboard
+-- and `tenure events` find the latest of them without walking the whole journal, and costs the
+-- claim and commit paths nothing (their rows never enter it).
+CREATE INDEX tenure_events_notable ON tenure_events (id)
+    WHERE kind IN ('lease_expired', 'heartbeat_lost', 'result_rejected', 'result_discarded',
+                   'ownership_unknown', 'stale_fence_rejected', 'cancelled', 'retry_requested');
+
+
+-- == Periodic schedules ======================================================================
+
+-- The latest slot each schedule has decided (enqueued or skipped), so a slot is decided once
+-- across all workers and restarts, even after its job was pruned.
+CREATE TABLE tenure_schedules (
+    name        text        PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 200),
+    last_slot   timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+
+-- == Pipelines ===============================================================================
+
+-- One run of a pipeline. The graph is copied into the run when it starts, so a run never
+-- depends on code deployed after it began (and a worker that does not know the pipeline by
+-- name can still move it on). `context` is the input merged with every stage's result: what
+-- the next stages are called with.
+CREATE TABLE tenure_runs (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    pipeline         text        NOT NULL CHECK (length(pipeline) BETWEEN 1 AND 200),
+    state            text        NOT NULL DEFAULT 'running'
+                     CHECK (state IN ('running', 'succeeded', 'failed', 'cancelled')),
+    idempotency_key  text        NOT NULL UNIQUE CHECK (length(idempotency_key) BETWEEN 1 AND 500),
+    input            jsonb       NOT NULL,
+    input_hash       text        NOT NULL,
+    graph            jsonb       NOT NULL,
+    context          jsonb       NOT NULL,
+    result           jsonb,
+    error            jsonb,
+    created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at      timestamptz
+);
+
+-- The rescuer's look for running runs without a current stage.
+CREATE INDEX tenure_runs_running ON tenure_runs (id) WHERE state = 'running';
+
+-- Made for a dashboard read of runs by last change (0003); the dashboard's pipeline_runs
+-- statement now reads the newest runs by id.
+CREATE INDEX tenure_runs_updated ON tenure_runs (updated_at);
+
+-- One execution of a stage (kind 'stage'; each is a tenure job), or one outbox intent (kind
+-- 'outbox': a delivery to an external system of record, written in the transition that
+-- decided it). A stage is 'waiting' while a join still misses predecessors (`arrived` lists
+-- those that came), 'open' while its job may still decide it, then succeeded, failed or
+-- cancelled. An outbox row stays 'open' until its delivery succeeded. Tool, key and payload
+-- are kept here (not only in the job) so a job that vanished can be dispatched again exactly
+-- as it was. No foreign key to the job: finished jobs may be pruned while the run's history
+-- stays.
+CREATE TABLE tenure_run_stages (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id        bigint      NOT NULL REFERENCES tenure_runs (id) ON DELETE CASCADE,
+    name          text        NOT NULL CHECK (length(name) BETWEEN 1 AND 300),
+    round         integer     NOT NULL CHECK (round >= 1),
+    kind          text        NOT NULL CHECK (kind IN ('stage', 'outbox')),
+    state         text        NOT NULL
+                  CHECK (state IN ('waiting', 'open', 'succeeded', 'failed', 'cancelled')),
+    arrived       text[]      NOT NULL DEFAULT '{}',
+    tool          text,
+    job_key       text,
+    payload       jsonb,
+    payload_hash  text,
+    max_attempts  integer,
+    job_id        bigint,
+    decision      text,
+    created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    decided_at    timestamptz,
+    UNIQUE (run_id, name, round),
+    CONSTRAINT open_has_job CHECK (state <> 'open' OR (tool IS NOT NULL AND job_key IS NOT NULL
+                                                       AND payload IS NOT NULL))
+);
+
+-- The rescuer's look for open stages whose job ended outside a transition or vanished.
+CREATE INDEX tenure_run_stages_open ON tenure_run_stages (run_id) WHERE state = 'open';
+
+-- A stage job's idempotency key: stable per run, stage and round, so dispatching the same
+-- stage again can never create a second job for it.
+CREATE FUNCTION tenure_stage_key(p_run bigint, p_name text, p_round integer) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT 'run:' || p_run || ':' || p_name || ':' || p_round
+$$;
+
+-- Each run with its current stage(s) and every stage execution. Nothing in tenure reads this
+-- view today; it is there for an operator's own queries.
+CREATE VIEW tenure_pipeline_overview AS
+SELECT r.id AS run_id,
+       r.pipeline,
+       r.state,
+       (SELECT string_agg(s.name, ',' ORDER BY s.id) FROM tenure_run_stages s
+        WHERE s.run_id = r.id AND s.kind = 'stage' AND s.state = 'open') AS current_stage,
+       r.updated_at,
+       coalesce((SELECT jsonb_agg(jsonb_build_object('stage', s.name, 'round', s.round,
+                                                     'kind', s.kind, 'state', s.state,
+                                                     'job_id', s.job_id) ORDER BY s.id)
+                 FROM tenure_run_stages s WHERE s.run_id = r.id), '[]'::jsonb) AS stages
+FROM tenure_runs r;
+
+
+-- == Waitpoints ==============================================================================
+
+-- One row per waitpoint a job opened: the job waits (state 'waiting', no lease) until an
+-- answer or the deadline puts it back in the queue. The token that answers it is never
+-- stored, only its SHA-256: it is a capability (a URL a person clicks, a callback a carrier
+-- calls), derived by the worker from the job, the waitpoint's name and this database's secret
+-- (tenure_secrets), so a call retried before it suspended hands out the same token again.
+CREATE TABLE tenure_waitpoints (
+    id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id      bigint      NOT NULL,
+    name        text        NOT NULL CHECK (length(name) BETWEEN 1 AND 100),
+    token_hash  text        NOT NULL UNIQUE CHECK (length(token_hash) = 64),
+    token       bigint      NOT NULL,  -- the job's fencing token when it suspended
+    state       text        NOT NULL DEFAULT 'open'
+                CHECK (state IN ('open', 'answered', 'timed_out', 'cancelled')),
+    on_timeout  text        NOT NULL CHECK (on_timeout IN ('resume', 'fail')),
+    deadline    timestamptz NOT NULL,
+    request     jsonb,                 -- what the tool asks (its own words; never journaled)
+    answer      jsonb,
+    created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    closed_at   timestamptz,
+    UNIQUE (job_id, name)
+);
+
+-- The rescuer finds expired waitpoints from here; answering goes by token_hash.
+CREATE INDEX tenure_waitpoints_deadline ON tenure_waitpoints (deadline) WHERE state = 'open';
+
+-- Secrets this database keeps for tenure: the key waitpoint tokens are derived with, drawn
+-- once by migration 0008 from PostgreSQL's strong random source.
+CREATE TABLE tenure_secrets (
+    name  text PRIMARY KEY,
+    value text NOT NULL
+);
+INSERT INTO tenure_secrets (name, value)
+VALUES ('waitpoint', replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''));
