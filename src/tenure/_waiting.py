@@ -24,8 +24,7 @@ from collections.abc import AsyncIterator, Iterable
 
 from ._errors import JobNotFound, PolicyError, WaitTimeout
 from ._states import TERMINAL_STATES
-from ._store import JobStatus, Store
-from ._store._listener import Listener
+from ._store import JobStatus, Listener, Store
 
 SAFETY_POLL = 30.0
 MAX_WAIT = 7 * 24 * 3600.0

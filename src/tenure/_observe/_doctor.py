@@ -23,8 +23,7 @@ import psycopg
 from .._embedded import servers_in_use, usage_notice
 from .._errors import PolicyError
 from .._policy import LeasePolicy
-from .._store import MIGRATIONS_PACKAGE, Store
-from .._store._migrate import discover
+from .._store import Store, known_migrations
 
 if TYPE_CHECKING:
     from .._app import App
@@ -76,7 +75,7 @@ async def check_server(store: Store) -> list[Check]:
 
 
 async def check_schema(store: Store) -> list[Check]:
-    known = {m.version: m.name for m in discover(MIGRATIONS_PACKAGE)}
+    known = known_migrations()
     rows = await store.applied_migrations()
     if rows is None:
         return [Check("schema", "fail", "not migrated: run `tenure migrate`")]

@@ -32,6 +32,7 @@ from ._connection import (
     check_dsn,
     connect_options,
     fresh_database,
+    known_migrations,
     migrate,
     prepared_statements,
 )
@@ -109,6 +110,7 @@ __all__ = [
     "check_dsn",
     "connect_options",
     "fresh_database",
+    "known_migrations",
     "migrate",
     "prepared_statements",
 ]

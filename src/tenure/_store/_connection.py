@@ -30,6 +30,7 @@ from psycopg_pool.base import AttemptWithBackoff
 
 from .._dsn import check_dsn as check_dsn
 from .._errors import ConfigError, QuotaExceeded
+from ._migrate import discover
 from ._migrate import migrate as apply_migrations
 from ._queries import load_query_folder
 
@@ -87,6 +88,11 @@ def connect_options() -> dict[str, Any]:
 
 def statement(name: str) -> LiteralString:
     return QUERIES[name]
+
+
+def known_migrations() -> dict[int, str]:
+    """Every migration this version of tenure ships: version → name."""
+    return {m.version: m.name for m in discover(MIGRATIONS_PACKAGE)}
 
 
 def migrate(dsn: str) -> list[int]:
