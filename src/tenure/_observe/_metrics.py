@@ -20,6 +20,7 @@ the first incident instead of seeing nothing until then.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -46,6 +47,9 @@ LOSS_REASONS = frozenset({"zero_rows", "deadline_passed", "executor_unobservable
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 LEASE_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 300)
 QUEUE_CAP = 100_000
+# How long a scrape waits for the database: half of Prometheus's default scrape_timeout
+# (10 s), so a database that does not answer is reported as tenure_database_up 0.
+REFRESH_DEADLINE = 5.0
 # Kinds no worker process emits as events (a derived name, a receiver's, rows only a
 # statement writes); every other kind of the catalogue starts at zero in tenure_events_total.
 NOT_EMITTED = frozenset(
@@ -273,11 +277,18 @@ class DatabaseGauges(Collector):
     """
 
     def __init__(
-        self, labels: ToolLabels, *, journal_counts: bool = False, cap: int = QUEUE_CAP
+        self,
+        labels: ToolLabels,
+        *,
+        journal_counts: bool = False,
+        cap: int = QUEUE_CAP,
+        deadline: float = REFRESH_DEADLINE,
     ) -> None:
         self._labels = labels
         self._journal_counts = journal_counts
         self._cap = cap
+        self._deadline = deadline
+        self._reading: asyncio.Future[None] | None = None
         self._lock = threading.Lock()
         self._queue: list[QueueDepth] = []
         self._running: list[RunningSummary] = []
@@ -288,7 +299,32 @@ class DatabaseGauges(Collector):
         self._seconds = 0.0
 
     async def refresh(self, store: Store) -> None:
+        """Read the database, giving up after ``deadline`` seconds.
+
+        Without the deadline a scrape waits as long as the pool does for a connection
+        (30 s) or, on a partitioned network, for ever: Prometheus times the scrape out
+        and sees no tenure series at all, so nothing says the database is the problem.
+        A read cut off is cancelled in the background (psycopg asks the server to stop
+        it, which can take seconds more); until it is gone, scrapes wait for it rather
+        than start another, and each says ``tenure_database_up 0``.
+        """
         started = time.monotonic()
+        reading = self._reading
+        if reading is None or reading.done():
+            reading = self._reading = asyncio.ensure_future(self._read(store, started))
+        done, _ = await asyncio.wait({reading}, timeout=self._deadline)
+        if done and not reading.cancelled():
+            reading.result()  # a bug (not a database error) fails the scrape, as it should
+            return
+        reading.cancel()
+        self._down(started)
+
+    def _down(self, started: float) -> None:
+        with self._lock:
+            self._up, self._queue, self._running, self._waiting = False, [], [], []
+            self._seconds = time.monotonic() - started
+
+    async def _read(self, store: Store, started: float) -> None:
         try:
             queue = await store.queue_depth(self._cap)
             running = await store.running_summary(self._cap)
@@ -300,9 +336,7 @@ class DatabaseGauges(Collector):
                 else:
                     fresh = await store.journal_counts_since(self._after, self._cap)
         except psycopg.Error:
-            with self._lock:
-                self._up, self._queue, self._running, self._waiting = False, [], [], []
-                self._seconds = time.monotonic() - started
+            self._down(started)
             return
         with self._lock:
             self._up, self._queue, self._running, self._waiting = True, queue, running, waiting
