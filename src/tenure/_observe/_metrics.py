@@ -46,6 +46,9 @@ VALUE_CAP = 50
 LOSS_REASONS = frozenset({"zero_rows", "deadline_passed", "executor_unobservable", "db_error"})
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 LEASE_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 300)
+# A fenced commit takes a fraction of a millisecond on an idle server and is given up
+# after 10 s (the completer's COMMIT_TIMEOUT).
+COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
 QUEUE_CAP = 100_000
 # How long a scrape waits for the database: half of Prometheus's default scrape_timeout
 # (10 s), so a database that does not answer is reported as tenure_database_up 0.
@@ -185,6 +188,13 @@ class Metrics:
             buckets=LEASE_BUCKETS,
             registry=r,
         )
+        self.commit_duration = Histogram(
+            "tenure_commit_duration_seconds",
+            "How long a fenced commit statement took to answer (one batch of outcomes, "
+            "any tools; pool wait included)",
+            buckets=COMMIT_BUCKETS,
+            registry=r,
+        )
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._by_kind: dict[str, Callable[[Event, tuple[str, str, str]], None]] = {
             "job_claimed": self._claimed,
@@ -197,6 +207,7 @@ class Metrics:
             "tool_request_started": lambda e, t: self._child(self.requests, *t).inc(),
             "call_finished": lambda e, t: self._duration(e, t, str(e.fields.get("outcome"))),
             "call_abandoned": lambda e, t: self._duration(e, t, "abandoned"),
+            "commit_answered": lambda e, t: self._commit(e),
         }
 
     def _child(self, metric: Any, *values: str) -> Any:
@@ -245,6 +256,11 @@ class Metrics:
         self._child(
             self.heartbeat_failures, *tool, reason if reason in LOSS_REASONS else OTHER
         ).inc()
+
+    def _commit(self, event: Event) -> None:
+        seconds = event.fields.get("duration")
+        if isinstance(seconds, int | float):
+            self.commit_duration.observe(seconds)
 
     def _duration(self, event: Event, tool: tuple[str, str, str], outcome: str) -> None:
         seconds = event.fields.get("duration")
@@ -409,12 +425,21 @@ class DatabaseGauges(Collector):
             "How long the oldest open waitpoint has waited",
             labels=TOOL_LABELS,
         )
+        soonest = GaugeMetricFamily(
+            "tenure_waitpoint_deadline_min_seconds",
+            "Time left before the soonest open waitpoint's deadline (negative: past, "
+            "awaiting the rescuer)",
+            labels=TOOL_LABELS,
+        )
         for tool, n in _fold(waiting, self._labels, "waiting", sum, self._labels.known()).items():
             count.add_metric(tool, n)
         for tool, age in _fold(waiting, self._labels, "oldest_age", max).items():
             oldest.add_metric(tool, max(0.0, age))
+        for tool, left in _fold(waiting, self._labels, "deadline_min", min).items():
+            soonest.add_metric(tool, left)
         yield count
         yield oldest
+        yield soonest
 
     def _held(self, running: list[RunningSummary]) -> Iterable[Metric]:
         count = GaugeMetricFamily("tenure_running_jobs", "Held leases", labels=TOOL_LABELS)
