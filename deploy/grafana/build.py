@@ -165,6 +165,18 @@ def gauge(name: str, combine: str = "max") -> str:
     return f"{combine} by (tool) ({name}{{{TOOL}}})"
 
 
+def by_tool(title: str, description: str, name: str, combine: str = "max", **options: Any) -> Panel:
+    """A database gauge over time, one line per tool."""
+    return timeseries(title, description, targets((gauge(name, combine), "{{tool}}")), **options)
+
+
+def time_left(title: str, description: str, name: str) -> Panel:
+    """Seconds until something runs out, per tool (the least of them): red below zero."""
+    return by_tool(
+        title, description, name, "min", unit="s", minimum=None, thresholds=[(0.0, "red")]
+    )
+
+
 def rows() -> list[tuple[str, list[tuple[Panel, int, int]]]]:
     """(row title, [(panel, width, height)]) in order; panels flow left to right."""
     backlog = [(300.0, "orange"), (1800.0, "red")]  # the TenureQueueBacklog thresholds
@@ -250,17 +262,17 @@ def rows() -> list[tuple[str, list[tuple[Panel, int, int]]]]:
         ),
     ]
     queue = [
-        timeseries(
+        by_tool(
             "Queue depth",
             "Queued jobs per tool (read from the database on scrape; at most 100,000 rows "
             "are read, see tenure_queue_depth_capped).",
-            targets((gauge("tenure_queue_depth"), "{{tool}}")),
+            "tenure_queue_depth",
         ),
-        timeseries(
+        by_tool(
             "Oldest queued job",
             "Age of the oldest due job per tool. Lines: the TenureQueueBacklog warning "
             "(5 min) and critical (30 min) thresholds.",
-            targets((gauge("tenure_queue_oldest_age_seconds"), "{{tool}}")),
+            "tenure_queue_oldest_age_seconds",
             unit="s",
             thresholds=backlog,
         ),
@@ -272,24 +284,21 @@ def rows() -> list[tuple[str, list[tuple[Panel, int, int]]]]:
         ),
     ]
     leases = [
-        timeseries(
+        by_tool(
             "Held leases",
             "Running jobs per tool.",
-            targets((gauge("tenure_running_jobs"), "{{tool}}")),
+            "tenure_running_jobs",
         ),
-        timeseries(
+        time_left(
             "Least lease left",
             "The running job closest to losing its lease, per tool (database clock). Below "
             "zero: expired and not yet reclaimed (TenureLeasesExpiredUnclaimed past a minute).",
-            targets((gauge("tenure_running_lease_remaining_min_seconds", "min"), "{{tool}}")),
-            unit="s",
-            minimum=None,
-            thresholds=[(0.0, "red")],
+            "tenure_running_lease_remaining_min_seconds",
         ),
-        timeseries(
+        by_tool(
             "Oldest heartbeat",
             "The longest time since a running job's lease was last confirmed, per tool.",
-            targets((gauge("tenure_running_heartbeat_age_max_seconds"), "{{tool}}")),
+            "tenure_running_heartbeat_age_max_seconds",
             unit="s",
         ),
         timeseries(
@@ -381,26 +390,23 @@ def rows() -> list[tuple[str, list[tuple[Panel, int, int]]]]:
         ),
     ]
     waits = [
-        timeseries(
+        by_tool(
             "Waiting jobs",
             "Jobs waiting at an open waitpoint, per tool.",
-            targets((gauge("tenure_waiting_jobs"), "{{tool}}")),
+            "tenure_waiting_jobs",
         ),
-        timeseries(
+        by_tool(
             "Oldest wait",
             "How long the oldest open waitpoint has waited, per tool. TenureWaitingTooLong "
             "past a week.",
-            targets((gauge("tenure_waitpoint_oldest_age_seconds"), "{{tool}}")),
+            "tenure_waitpoint_oldest_age_seconds",
             unit="s",
         ),
-        timeseries(
+        time_left(
             "Soonest waitpoint deadline",
             "Time left before the soonest open waitpoint deadline, per tool; below zero the "
             "rescuer has not handled it yet (TenureWaitpointDeadlinePassed past 5 min).",
-            targets((gauge("tenure_waitpoint_deadline_min_seconds", "min"), "{{tool}}")),
-            unit="s",
-            minimum=None,
-            thresholds=[(0.0, "red")],
+            "tenure_waitpoint_deadline_min_seconds",
         ),
     ]
     return [

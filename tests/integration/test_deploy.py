@@ -295,24 +295,23 @@ async def _orphan_and_strand(dsn: str) -> None:
         await store.enqueue(new_job("stranded", tool="nobody-runs-this"))
 
 
-def sample_names(url: str) -> set[str]:
-    """Every sample name of a /metrics page (with its _total, _bucket, ... suffix)."""
+def exposition(url: str) -> str:
     response = httpx.get(url, timeout=10)
     response.raise_for_status()
+    return response.text
+
+
+def sample_names(text: str) -> set[str]:
+    """Every sample name of a /metrics page (with its _total, _bucket, ... suffix)."""
     return {
-        sample.name
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
+        sample.name for family in text_string_to_metric_families(text) for sample in family.samples
     }
 
 
 @pytest.fixture
 def receiver(tenure_dsn: str) -> Iterator[Receiver]:
-    receiver = Receiver(tenure_dsn)
-    try:
+    with contextlib.closing(Receiver(tenure_dsn)) as receiver:
         yield receiver
-    finally:
-        receiver.close()
 
 
 @pytest.mark.storage
@@ -354,7 +353,8 @@ def test_every_metric_the_rules_and_the_dashboard_read_is_exposed(
         taken_over = ops.get_sync(orphaned.id)
         assert (taken_over.state, taken_over.attempt) == ("succeeded", 2)
         assert ops.get_sync(finished[2].id).state == "failed"
-        exposed = sample_names(url) | sample_names(receiver.url + "/metrics")
+        worker_text = exposition(url)
+        exposed = sample_names(worker_text) | sample_names(exposition(receiver.url + "/metrics"))
         counted = scrape(url)
     # The scenario really happened in the worker: a takeover and fenced commits.
     assert value(counted, "tenure_jobs_reclaimed_total", tool="slow") == 1
@@ -373,3 +373,8 @@ def test_every_metric_the_rules_and_the_dashboard_read_is_exposed(
     assert not missing, "not exposed by a worker or a receiver:\n" + "\n".join(missing)
     read_names = {name for _, expr in read for name in metric_names(expr)}
     assert len(read_names) >= 20  # the reader found the metrics, not nothing
+    if shutil.which("promtool"):  # and Prometheus's own linter likes what it reads
+        lint = subprocess.run(
+            ["promtool", "check", "metrics"], input=worker_text, capture_output=True, text=True
+        )
+        assert lint.returncode == 0, lint.stdout + lint.stderr
