@@ -46,9 +46,9 @@ def spawn_with_metrics(
     return worker, worker.wait_event("metrics_listening", timeout=20)["url"]
 
 
-def scrape(url: str, headers: dict[str, str] | None = None) -> Samples:
+def scrape(url: str, headers: dict[str, str] | None = None, timeout: float = 10) -> Samples:
     """Every sample of a /metrics page: (name, sorted labels) → value."""
-    response = httpx.get(url, headers=headers, timeout=10)
+    response = httpx.get(url, headers=headers, timeout=timeout)
     response.raise_for_status()
     samples: Samples = {}
     for family in text_string_to_metric_families(response.text):

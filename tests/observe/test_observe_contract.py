@@ -212,6 +212,7 @@ def test_metrics_count_the_contracts_events() -> None:
         Event("tool_request_started", job=1, **tool),
         Event("call_finished", job=1, fields={"outcome": "succeeded", "duration": 2.0}, **tool),
         Event("call_abandoned", job=1, fields={"duration": 0.5}, **tool),
+        Event("commit_answered", fields={"jobs": 3, "duration": 0.004}, worker="w"),
         Event("made_up_kind"),
     ]:
         metrics(event)
@@ -234,6 +235,10 @@ def test_metrics_count_the_contracts_events() -> None:
     succeeded = tuple(sorted((*t, ("outcome", "succeeded"))))
     assert s[("tenure_tool_duration_seconds_sum", succeeded)] == 2.0
     assert s[("tenure_events_total", (("kind", "other"),))] == 1
+    # Commit latency is per statement (a batch may hold several tools): no labels.
+    assert s[("tenure_commit_duration_seconds_count", ())] == 1
+    assert s[("tenure_commit_duration_seconds_bucket", (("le", "0.005"),))] == 1
+    assert s[("tenure_commit_duration_seconds_bucket", (("le", "0.0025"),))] == 0
 
 
 def test_the_dashboard_refuses_a_public_bind_without_a_token() -> None:

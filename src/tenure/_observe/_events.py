@@ -126,6 +126,13 @@ _SPECS = (
         "a fenced commit got no answer; it is retried while the lease may hold",
     ),
     EventSpec(
+        "commit_answered",
+        "completer (DEBUG log)",
+        "-",
+        "a fenced commit statement answered (accepted or refused): how many outcomes it "
+        "carried (jobs) and how long it took, pool wait included (duration)",
+    ),
+    EventSpec(
         "commit_unstorable",
         "completer (log)",
         "-",

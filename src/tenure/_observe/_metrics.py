@@ -20,6 +20,7 @@ the first incident instead of seeing nothing until then.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -45,7 +46,13 @@ VALUE_CAP = 50
 LOSS_REASONS = frozenset({"zero_rows", "deadline_passed", "executor_unobservable", "db_error"})
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 LEASE_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 300)
+# A fenced commit takes a fraction of a millisecond on an idle server and is given up
+# after 10 s (the completer's COMMIT_TIMEOUT).
+COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
 QUEUE_CAP = 100_000
+# How long a scrape waits for the database: half of Prometheus's default scrape_timeout
+# (10 s), so a database that does not answer is reported as tenure_database_up 0.
+REFRESH_DEADLINE = 5.0
 # Kinds no worker process emits as events (a derived name, a receiver's, rows only a
 # statement writes); every other kind of the catalogue starts at zero in tenure_events_total.
 NOT_EMITTED = frozenset(
@@ -181,6 +188,13 @@ class Metrics:
             buckets=LEASE_BUCKETS,
             registry=r,
         )
+        self.commit_duration = Histogram(
+            "tenure_commit_duration_seconds",
+            "How long a fenced commit statement took to answer (one batch of outcomes, "
+            "any tools; pool wait included)",
+            buckets=COMMIT_BUCKETS,
+            registry=r,
+        )
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._by_kind: dict[str, Callable[[Event, tuple[str, str, str]], None]] = {
             "job_claimed": self._claimed,
@@ -193,6 +207,7 @@ class Metrics:
             "tool_request_started": lambda e, t: self._child(self.requests, *t).inc(),
             "call_finished": lambda e, t: self._duration(e, t, str(e.fields.get("outcome"))),
             "call_abandoned": lambda e, t: self._duration(e, t, "abandoned"),
+            "commit_answered": lambda e, t: self._commit(e),
         }
 
     def _child(self, metric: Any, *values: str) -> Any:
@@ -242,6 +257,11 @@ class Metrics:
             self.heartbeat_failures, *tool, reason if reason in LOSS_REASONS else OTHER
         ).inc()
 
+    def _commit(self, event: Event) -> None:
+        seconds = event.fields.get("duration")
+        if isinstance(seconds, int | float):
+            self.commit_duration.observe(seconds)
+
     def _duration(self, event: Event, tool: tuple[str, str, str], outcome: str) -> None:
         seconds = event.fields.get("duration")
         if isinstance(seconds, int | float):
@@ -273,11 +293,18 @@ class DatabaseGauges(Collector):
     """
 
     def __init__(
-        self, labels: ToolLabels, *, journal_counts: bool = False, cap: int = QUEUE_CAP
+        self,
+        labels: ToolLabels,
+        *,
+        journal_counts: bool = False,
+        cap: int = QUEUE_CAP,
+        deadline: float = REFRESH_DEADLINE,
     ) -> None:
         self._labels = labels
         self._journal_counts = journal_counts
         self._cap = cap
+        self._deadline = deadline
+        self._reading: asyncio.Future[None] | None = None
         self._lock = threading.Lock()
         self._queue: list[QueueDepth] = []
         self._running: list[RunningSummary] = []
@@ -288,7 +315,32 @@ class DatabaseGauges(Collector):
         self._seconds = 0.0
 
     async def refresh(self, store: Store) -> None:
+        """Read the database, giving up after ``deadline`` seconds.
+
+        Without the deadline a scrape waits as long as the pool does for a connection
+        (30 s) or, on a partitioned network, for ever: Prometheus times the scrape out
+        and sees no tenure series at all, so nothing says the database is the problem.
+        A read cut off is cancelled in the background (psycopg asks the server to stop
+        it, which can take seconds more); until it is gone, scrapes wait for it rather
+        than start another, and each says ``tenure_database_up 0``.
+        """
         started = time.monotonic()
+        reading = self._reading
+        if reading is None or reading.done():
+            reading = self._reading = asyncio.ensure_future(self._read(store, started))
+        done, _ = await asyncio.wait({reading}, timeout=self._deadline)
+        if done and not reading.cancelled():
+            reading.result()  # a bug (not a database error) fails the scrape, as it should
+            return
+        reading.cancel()
+        self._down(started)
+
+    def _down(self, started: float) -> None:
+        with self._lock:
+            self._up, self._queue, self._running, self._waiting = False, [], [], []
+            self._seconds = time.monotonic() - started
+
+    async def _read(self, store: Store, started: float) -> None:
         try:
             queue = await store.queue_depth(self._cap)
             running = await store.running_summary(self._cap)
@@ -300,9 +352,7 @@ class DatabaseGauges(Collector):
                 else:
                     fresh = await store.journal_counts_since(self._after, self._cap)
         except psycopg.Error:
-            with self._lock:
-                self._up, self._queue, self._running, self._waiting = False, [], [], []
-                self._seconds = time.monotonic() - started
+            self._down(started)
             return
         with self._lock:
             self._up, self._queue, self._running, self._waiting = True, queue, running, waiting
@@ -375,12 +425,21 @@ class DatabaseGauges(Collector):
             "How long the oldest open waitpoint has waited",
             labels=TOOL_LABELS,
         )
+        soonest = GaugeMetricFamily(
+            "tenure_waitpoint_deadline_min_seconds",
+            "Time left before the soonest open waitpoint's deadline (negative: past, "
+            "awaiting the rescuer)",
+            labels=TOOL_LABELS,
+        )
         for tool, n in _fold(waiting, self._labels, "waiting", sum, self._labels.known()).items():
             count.add_metric(tool, n)
         for tool, age in _fold(waiting, self._labels, "oldest_age", max).items():
             oldest.add_metric(tool, max(0.0, age))
+        for tool, left in _fold(waiting, self._labels, "deadline_min", min).items():
+            soonest.add_metric(tool, left)
         yield count
         yield oldest
+        yield soonest
 
     def _held(self, running: list[RunningSummary]) -> Iterable[Metric]:
         count = GaugeMetricFamily("tenure_running_jobs", "Held leases", labels=TOOL_LABELS)

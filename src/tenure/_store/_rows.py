@@ -369,6 +369,7 @@ class WaitingSummary(TypedDict):
     tool: str
     waiting: int
     oldest_age: float
+    deadline_min: float
 
 
 class OpenWaitpointRow(TypedDict):

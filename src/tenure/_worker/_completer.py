@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, Self
@@ -141,6 +142,7 @@ class Completer:
     async def _commit(
         self, group: list[_Pending], call: Callable[[], Awaitable[dict[int, bool]]]
     ) -> None:
+        started = time.monotonic()
         try:
             async with asyncio.timeout(COMMIT_TIMEOUT):  # not wait_for: it may swallow a cancel
                 verdicts = await call()
@@ -164,6 +166,14 @@ class Completer:
                 else:
                     await self._settle(pending, False)
             return
+        log_event(
+            logger,
+            "commit_answered",
+            level=logging.DEBUG,
+            worker=self._owner,
+            jobs=len(group),
+            duration=round(time.monotonic() - started, 6),
+        )
         for pending in group:
             await self._settle(pending, verdicts.get(pending.job.id, False))
 

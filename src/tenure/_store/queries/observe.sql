@@ -136,11 +136,13 @@ ORDER BY w.deadline
 LIMIT %(limit)s
 
 -- name: waiting_summary
--- Per tool: jobs waiting at an open waitpoint and the age of the oldest such wait, bounded
--- like queue_depth (read through tenure_waitpoints_deadline, at most `cap` waits).
+-- Per tool: jobs waiting at an open waitpoint, the age of the oldest such wait and the time
+-- left before the soonest deadline, bounded like queue_depth (read through
+-- tenure_waitpoints_deadline, at most `cap` waits: the soonest deadlines are never cut off).
 SELECT j.tool, count(*) AS waiting,
-       extract(epoch FROM clock_timestamp() - min(w.created_at))::float8 AS oldest_age
-FROM (SELECT job_id, created_at FROM tenure_waitpoints WHERE state = 'open'
+       extract(epoch FROM clock_timestamp() - min(w.created_at))::float8 AS oldest_age,
+       extract(epoch FROM min(w.deadline) - clock_timestamp())::float8 AS deadline_min
+FROM (SELECT job_id, created_at, deadline FROM tenure_waitpoints WHERE state = 'open'
       ORDER BY deadline LIMIT %(cap)s) AS w
 JOIN tenure_jobs j ON j.id = w.job_id
 GROUP BY j.tool
