@@ -151,7 +151,7 @@ async def test_a_batch_is_one_producer_span_and_every_job_continues_it(
         await finished(tracing, "tenure.commit", 3)
     spans = tracing.spans()
     enqueue = one(spans, "tenure.enqueue")
-    assert enqueue.attributes["messaging.batch.message_count"] == 3
+    assert enqueue.attributes["tenure.jobs.count"] == 3
     assert enqueue.attributes["tenure.jobs.created"] == 3
     assert enqueue.trace_id == f"0x{parent.get_span_context().trace_id:032x}"
     claims = named(spans, "tenure.claim")

@@ -68,7 +68,7 @@ EVENT_KINDS = frozenset({"heartbeat_lost", "heartbeat_withheld", "ownership_unkn
 
 MAX_TRACESTATE = 512  # characters; W3C asks propagators to keep at least this much
 MAX_TRACESTATE_MEMBERS = 32
-MAX_ATTEMPTS = 100_000  # attempts followed at once; past it, a call's span starts a trace
+MAX_ATTEMPTS = 100_000  # attempts followed at once (a worker runs at most 10,000)
 _TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 _TRACESTATE = re.compile(r"[\x20-\x7e]*")
 _W3C = TraceContextTextMapPropagator()
@@ -178,17 +178,15 @@ class OtelTracer:
         self._attempts: dict[tuple[int, int], _Attempt] = {}
 
     @staticmethod
-    def _job_attributes(job: ClaimedJob, worker: str, operation: str) -> dict[str, AttributeValue]:
+    def _job_attributes(job: ClaimedJob, worker: str) -> dict[str, AttributeValue]:
+        """Who holds which job under which token: the five every worker span carries (the
+        SDK checks each attribute of each span, so there are no more than needed)."""
         return {
             "tenure.job.id": job.id,
             "tenure.tool": job.tool,
             "tenure.job.token": job.token,
             "tenure.job.attempt": job.attempt,
             "tenure.worker": worker,
-            "messaging.system": "tenure",
-            "messaging.operation.type": operation,
-            "messaging.destination.name": job.tool,
-            "messaging.message.id": str(job.id),
         }
 
     def _span(
@@ -212,14 +210,9 @@ class OtelTracer:
 
     @contextmanager
     def _producing(self, tool: str, count: int) -> Iterator[tuple[Span, Carrier | None]]:
-        attributes: dict[str, AttributeValue] = {
-            "tenure.tool": tool,
-            "messaging.system": "tenure",
-            "messaging.operation.type": "send",
-            "messaging.destination.name": tool,
-        }
+        attributes: dict[str, AttributeValue] = {"tenure.tool": tool}
         if count != 1:
-            attributes["messaging.batch.message_count"] = count
+            attributes["tenure.jobs.count"] = count
         with self._span(ENQUEUE, SpanKind.PRODUCER, attributes) as span:
             try:
                 yield span, _injected()
@@ -230,13 +223,7 @@ class OtelTracer:
     async def enqueue(self, job: NewJob, insert: Callable[[NewJob], Awaitable[Job]]) -> Job:
         with self._producing(job.tool, 1) as (span, carrier):
             found = await insert(replace(job, trace_context=carrier))
-            span.set_attributes(
-                {
-                    "tenure.job.id": found.id,
-                    "tenure.job.created": found.created,
-                    "messaging.message.id": str(found.id),
-                }
-            )
+            span.set_attributes({"tenure.job.id": found.id, "tenure.job.created": found.created})
             return found
 
     async def enqueue_many(
@@ -244,8 +231,9 @@ class OtelTracer:
         jobs: Sequence[NewJob],
         insert: Callable[[Sequence[NewJob], Carrier | None], Awaitable[list[Enqueued]]],
     ) -> list[Enqueued]:
-        tool = jobs[0].tool if jobs else ""
-        with self._producing(tool, len(jobs)) as (span, carrier):
+        if not jobs:
+            return await insert(jobs, None)
+        with self._producing(jobs[0].tool, len(jobs)) as (span, carrier):
             done = await insert(jobs, carrier)
             span.set_attribute("tenure.jobs.created", sum(e.created for e in done))
             return done
@@ -253,7 +241,7 @@ class OtelTracer:
     # -- workers -----------------------------------------------------------------------
 
     def claimed(self, job: ClaimedJob, worker: str) -> None:
-        attributes = self._job_attributes(job, worker, "receive")
+        attributes = self._job_attributes(job, worker)
         if job.previous_token is not None:
             attributes["tenure.job.previous_token"] = job.previous_token
         parent = parent_of(job.trace_context)
@@ -267,8 +255,9 @@ class OtelTracer:
             start_time=_epoch_ns(job.sent_at),
         )
         span.end()
-        if len(self._attempts) < MAX_ATTEMPTS:
-            self._attempts[(job.id, job.token)] = _Attempt(trace.set_span_in_context(span))
+        if len(self._attempts) >= MAX_ATTEMPTS:  # an attempt whose call never ran, long ago
+            self._attempts.pop(next(iter(self._attempts)), None)
+        self._attempts[(job.id, job.token)] = _Attempt(trace.set_span_in_context(span))
 
     async def call(
         self, job: ClaimedJob, worker: str, run: Awaitable[Finish | Abandoned]
@@ -276,7 +265,7 @@ class OtelTracer:
         key = (job.id, job.token)
         attempt = self._attempts.get(key)
         context = _ROOT if attempt is None else attempt.context
-        attributes = self._job_attributes(job, worker, "process")
+        attributes = self._job_attributes(job, worker)
         with self._span(CALL, SpanKind.INTERNAL, attributes, context) as span:
             if attempt is not None:
                 attempt.call = span
@@ -299,7 +288,7 @@ class OtelTracer:
         attempt = self._attempts.get(key)
         context = _ROOT if attempt is None else attempt.context
         outcome, code = _call_outcome(finish)
-        attributes = self._job_attributes(job, worker, "settle")
+        attributes = self._job_attributes(job, worker)
         attributes["tenure.outcome"] = outcome
         if code is not None:
             attributes["tenure.code"] = code
