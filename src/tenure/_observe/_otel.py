@@ -146,7 +146,8 @@ def _call_outcome(outcome: Finish | Abandoned) -> tuple[str, str | None]:
     """The journal's word for what an attempt's call produced, and its code."""
     if not isinstance(outcome, Finish):
         return "abandoned", outcome.reason
-    code = None if outcome.error is None else str(outcome.error.get("code"))
+    given = (outcome.error or {}).get("code")
+    code = None if given is None else str(given)
     if outcome.state == "queued":
         return ("released" if outcome.refund_attempt else "retried"), code
     if outcome.state == "waiting":
