@@ -15,7 +15,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 from psycopg.types.json import Jsonb
 from tests.otel.helpers import finished, running
-from tests.otel.spans import Traced, named, one
+from tests.otel.spans import Traced, one
 
 from tenure import App, Context
 from tenure.fence import fence_headers
@@ -160,7 +160,7 @@ async def test_a_hostile_traceparent_on_a_fenced_request_is_ignored_and_it_is_se
                 receiver + "/cases", content=b"{}", headers=headers + extra
             )
             assert response.status_code == 201, case
-    fences = named(tracing.spans(), "tenure.fence")
+    fences = await finished(tracing, "tenure.fence", len(cases))  # ended after the response
     assert len(fences) == len(cases)
     for fence, case in zip(fences, cases, strict=True):
         assert fence.attributes["tenure.fence.outcome"] == "accepted", case

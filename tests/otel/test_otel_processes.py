@@ -35,6 +35,7 @@ def test_one_trace_from_the_producer_through_the_worker_to_the_receiver(
     workers.spawn_traced("w1")
     row = stage.wait_state(job.id, "succeeded")
     wait_spans(workers, "tenure.commit", "the commit", **{"tenure.job.id": job.id})
+    wait_until(lambda: named(tracing.spans(), "tenure.fence"), message="no fence span")
 
     mine = tracing.spans()
     theirs = workers.spans()
