@@ -38,6 +38,7 @@ from ._errors import (
 from ._job import Enqueued, Job
 from ._maintenance._cron import Cron
 from ._maintenance._scheduler import CatchUp, Every, Schedule
+from ._observe import _tracing
 from ._observe._journal import journal_key as journal_key_from
 from ._observe._journal import payload_hmac
 from ._payload import MAX_PAYLOAD_BYTES, fingerprint
@@ -571,7 +572,11 @@ class App:
         new = self._new_job(
             tool, payload, idempotency_key, priority, delay, concurrency_key, tenant, retain
         )
-        return await (await self._store()).enqueue(new)
+        store = await self._store()
+        tracer = _tracing.current
+        if tracer is None:
+            return await store.enqueue(new)
+        return await tracer.enqueue(new, store.enqueue)
 
     async def enqueue_many(
         self,
@@ -595,7 +600,11 @@ class App:
             self._new_job(tool, p, k, priority, 0.0, tenant=tenant, retain=retain)
             for p, k in zip(payloads, keys, strict=True)
         ]
-        return await (await self._store()).enqueue_many(jobs)
+        store = await self._store()
+        tracer = _tracing.current
+        if tracer is None:
+            return await store.enqueue_many(jobs)
+        return await tracer.enqueue_many(jobs, store.enqueue_many)
 
     # -- what an agent sees of its tools -----------------------------------------
 

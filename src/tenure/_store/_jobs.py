@@ -123,12 +123,15 @@ class JobStatements(StoreBase):
             )
         return found
 
-    async def enqueue_many(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+    async def enqueue_many(
+        self, jobs: Sequence[NewJob], trace_context: dict[str, str] | None = None
+    ) -> list[Enqueued]:
         """Queue many jobs of one tenant in one transaction: one per job given, in order.
 
         A key that already names a job returns that job (``created`` False); one that
         names a job of another tool or payload raises IdempotencyConflict and the whole
-        batch is rolled back, as over the tenant's quota.
+        batch is rolled back, as over the tenant's quota. ``trace_context`` is the batch's
+        (one producer span queued them all).
         """
         if not jobs:
             return []
@@ -148,6 +151,7 @@ class JobStatements(StoreBase):
             "concurrency_keys": [j.concurrency_key for j in jobs],
             "concurrency_limits": [j.concurrency_limit for j in jobs],
             "retains_ms": [j.retain_ms for j in jobs],
+            "trace_context": None if trace_context is None else Jsonb(trace_context),
         }
         async with self._pool.connection() as conn, conn.transaction():
             with typed_errors():

@@ -38,6 +38,8 @@ class NewJob:
     tenant: str = ""  # '' is the jobs no caller assigned to a tenant
     quota: int | None = None  # the tenant's queued-job quota; None: unlimited
     retain_ms: int = 7 * 24 * 3600 * 1000  # kept this long once it ended (the key's window)
+    # The producer's span as a W3C carrier (traceparent, tracestate); set by tenure.otel only.
+    trace_context: dict[str, str] | None = None
 
     def params(self) -> dict[str, Any]:
         """The parameters of the `enqueue` statement."""
@@ -55,6 +57,7 @@ class NewJob:
             "tenant": self.tenant,
             "quota": self.quota,
             "retain_ms": self.retain_ms,
+            "trace_context": None if self.trace_context is None else Jsonb(self.trace_context),
         }
 
 
@@ -80,6 +83,7 @@ class ClaimedJob:
     payload_hmac: str | None = None
     run_after: datetime | None = None
     waitpoints: dict[str, Any] | None = None  # answered or timed out, by name
+    trace_context: Any = None  # as the row holds it: read only by tenure.otel, which validates it
     # When the claim statement was sent on its connection (this process's monotonic clock):
     # the lease's local clock starts here, never earlier (not while waiting for a connection).
     sent_at: float = 0.0

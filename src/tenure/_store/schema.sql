@@ -1,11 +1,11 @@
 -- tenure's schema as it stands after every migration, in one file, for reading.
 --
--- As of migration: 0008_waitpoints
+-- As of migration: 0010_trace_context
 --
 -- Nothing applies this file: `tenure migrate` runs migrations/*.sql in order, and that is
 -- the only way tenure's tables are made. This file is what those migrations add up to,
 -- written out once in dependency order with a short note on why each thing is there (the
--- migration that made it, 0001-0008, says more). Statements that migrations later replaced
+-- migration that made it, 0001-0010, says more). Statements that migrations later replaced
 -- are shown only in their current form: tenure_admit (0004, replaced in 0005), the claim
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
 -- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
@@ -156,12 +156,25 @@ CREATE TABLE tenure_jobs (
     -- (0008) The job's answered or timed-out waitpoints by name ({"approval": {"answer": ...,
     -- "timed_out": false, "at": ...}}): the claim hands them to the resumed tool.
     waitpoints        jsonb,
+    -- (0010) The trace the job belongs to: the producer's span as a W3C carrier
+    -- ({"traceparent": "00-...", "tracestate": "..."}), stored by enqueue with tenure.otel
+    -- instrumented, NULL otherwise. The claim hands it to the worker, which continues the
+    -- trace after checking it (a malformed one is ignored, never an error).
+    trace_context     jsonb,
     CONSTRAINT running_has_lease
         CHECK (state <> 'running' OR (owner IS NOT NULL AND lease_until IS NOT NULL)),
     CONSTRAINT concurrency_key_has_limit
         CHECK ((concurrency_key IS NULL) = (concurrency_limit IS NULL)),
     CONSTRAINT held_jobs_have_a_key CHECK (NOT held OR concurrency_key IS NOT NULL)
 );
+
+-- (0010) A trace context is a small object, whoever writes it. Added NOT VALID by its
+-- migration, so that upgrading a big table scans nothing under the lock (the column was new
+-- and empty); every row written since is checked all the same.
+ALTER TABLE tenure_jobs ADD CONSTRAINT tenure_jobs_trace_context_check
+    CHECK (trace_context IS NULL
+           OR (jsonb_typeof(trace_context) = 'object' AND octet_length(trace_context::text) <= 1024))
+    NOT VALID;
 
 -- The claim: queued rows in pick order. Partial, so finished rows never slow it down (a
 -- claim over `state = 'queued' OR expired` walked every finished row). `held` leads, so the

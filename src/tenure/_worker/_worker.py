@@ -34,6 +34,7 @@ from .._maintenance._rescuer import Rescuer, RescuerConfig
 from .._maintenance._scheduler import Scheduler, SchedulerConfig
 from .._maintenance._service import Service
 from .._maintenance._statistics import StatisticsConfig, StatisticsKeeper
+from .._observe import _tracing
 from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
 from .._store import ClaimedJob, Listener, Store
@@ -376,6 +377,9 @@ class Worker:
                 reclaimed_from=job.previous_owner,
                 previous_token=job.previous_token,
             )
+        tracer = _tracing.current
+        if tracer is not None:
+            tracer.claimed(job, self.name)
         task = asyncio.create_task(
             self._execute(job, ctx, ownership, executor, completer, heartbeat),
             name=f"tenure-job-{job.id}",
@@ -433,8 +437,10 @@ class Worker:
     ) -> None:
         spec = self.app.tools[job.tool]
         started = time.monotonic()
+        tracer = _tracing.current
         try:
-            finish = await executor.run(spec, ctx, job, self._stop_reasons)
+            run = executor.run(spec, ctx, job, self._stop_reasons)
+            finish = await (run if tracer is None else tracer.call(job, self.name, run))
         except asyncio.CancelledError:
             return  # the worker itself is going down hard; the lease will expire
         if isinstance(finish, Abandoned):
@@ -474,7 +480,8 @@ class Worker:
         )
         # The last progress report not yet written goes with the outcome, fenced with it.
         finish.progress_json = heartbeat.take_progress(job.id)
-        await completer.commit(job, finish, ownership)
+        commit = completer.commit(job, finish, ownership)
+        await (commit if tracer is None else tracer.commit(job, self.name, finish, commit))
 
     # -- background ------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from tenure._errors import StaleFence
+from tenure._observe import _tracing
 
 from ._core import FenceSlot, StoredResponse, fingerprint, split_final_declaration
 from ._errors import BadSignature, FingerprintMismatch, MalformedFence, RequestInProgress
@@ -126,6 +127,13 @@ class FenceMiddleware:
         if scope["type"] != "http" or scope["method"] not in self._methods:
             await self.app(scope, receive, send)
             return
+        tracer = _tracing.current
+        if tracer is None:
+            await self._fence(scope, receive, send)
+        else:  # a span continuing the sender's trace (its traceparent), the app's spans inside
+            await tracer.fence_request(scope, self._fence(scope, receive, send))
+
+    async def _fence(self, scope: Scope, receive: Receive, send: Send) -> None:
         arrival = (time.monotonic(), time.time())
         try:
             fence = parse_fence_headers(
@@ -227,6 +235,10 @@ class FenceMiddleware:
         status: int,
         detail: str | None,
     ) -> None:
+        tracer = _tracing.current
+        if tracer is not None:
+            scope_token = (None, None) if fence is None else (fence.scope, fence.token)
+            tracer.fence_decided(outcome, status, *scope_token)
         if self._on_decision is None:
             return
         decision = FenceDecision(

@@ -17,6 +17,7 @@ import httpx
 
 from .._errors import StaleFence
 from .._log import log_event
+from .._observe import _tracing
 from ._errors import RequestInProgress
 from ._signing import KEY_HEADER, SentRequest
 
@@ -47,7 +48,8 @@ class FencedAuth(httpx.Auth):
     the request's method, URL path and query and its body, which httpx reads
     before the flow runs (``requires_request_body``). Redirects are not
     re-checked: leave httpx's ``follow_redirects`` off (its default) for fenced
-    calls.
+    calls. With ``tenure.otel`` instrumented, the current span's ``traceparent``
+    (and ``tracestate``) go along too, unless the request carries its own.
     """
 
     requires_request_body = True
@@ -62,6 +64,10 @@ class FencedAuth(httpx.Auth):
         headers = self._source.fence_headers(
             self._operation, method=request.method, path=str(request.url), body=request.content
         )
+        tracer = _tracing.current
+        if tracer is not None:  # the receiver's spans join the sender's trace
+            for name, value in tracer.outgoing_headers().items():
+                request.headers.setdefault(name, value)
         self._source.ensure_owned()  # last, so nothing slow runs between the check and the send
         request.headers.update(headers)
         _journal_start(self._source, self._operation, request)

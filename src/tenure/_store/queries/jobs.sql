@@ -11,11 +11,13 @@
 WITH inserted AS (
     INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts,
                              priority, run_after, payload_hmac, concurrency_key,
-                             concurrency_limit, held, tenant, position, retain_ms)
+                             concurrency_limit, held, tenant, position, retain_ms,
+                             trace_context)
     VALUES (%(tool)s, %(key)s, %(payload)s, %(payload_hash)s, %(max_attempts)s, %(priority)s,
             clock_timestamp() + %(delay_ms)s * interval '1 millisecond', %(payload_hmac)s,
             %(concurrency_key)s, %(concurrency_limit)s, %(concurrency_key)s::text IS NOT NULL,
-            %(tenant)s, tenure_place(%(tenant)s, 1, %(quota)s), %(retain_ms)s)
+            %(tenant)s, tenure_place(%(tenant)s, 1, %(quota)s), %(retain_ms)s,
+            %(trace_context)s)
     ON CONFLICT (tenant, idempotency_key) DO NOTHING
     RETURNING *
 )
@@ -34,10 +36,10 @@ WITH first AS MATERIALIZED (
 )
 INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts, priority,
                          payload_hmac, concurrency_key, concurrency_limit, held, tenant,
-                         position, retain_ms)
+                         position, retain_ms, trace_context)
 SELECT u.tool, u.idempotency_key, u.payload, u.payload_hash, u.max_attempts, u.priority,
        u.payload_hmac, u.concurrency_key, u.concurrency_limit, u.concurrency_key IS NOT NULL,
-       %(tenant)s, first.position + u.n - 1, u.retain_ms
+       %(tenant)s, first.position + u.n - 1, u.retain_ms, %(trace_context)s::jsonb
 FROM first,
      unnest(%(tools)b::text[], %(keys)b::text[], %(payloads)b::jsonb[],
             %(payload_hashes)b::text[], %(max_attempts)b::integer[],
@@ -93,7 +95,7 @@ WITH policy AS (
     WHERE j.id = picked.id AND p.tool = j.tool
     RETURNING j.id, j.tool, j.token, j.attempt, j.max_attempts, j.payload, j.payload_hash,
               j.idempotency_key, j.lease_until, picked.previous_owner, picked.previous_token,
-              j.payload_hmac, j.run_after, j.waitpoints
+              j.payload_hmac, j.run_after, j.waitpoints, j.trace_context
 ), journal AS (
     -- A reclaim journals the expired lease under its own token, attempt and owner, then the
     -- claim. duration_ms: how long the job had been claimable (since run_after, or since the
