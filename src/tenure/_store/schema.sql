@@ -10,7 +10,7 @@
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
 -- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
 --
--- tests/store/test_schema_snapshot.py applies this file to one fresh schema and the
+-- tests/integration/store/test_schema_snapshot.py applies this file to one fresh schema and the
 -- migrations to another, and compares their catalogs (columns, constraints, indexes,
 -- functions, triggers, sequences, views) and the "As of migration" line above against the
 -- newest migration. So a new migration fails that test until this file says the same:

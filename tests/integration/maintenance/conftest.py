@@ -1,0 +1,47 @@
+"""Fixtures for the maintenance tests: a store, worker processes of maintenance_app, a clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tests.integration.store.conftest import store as store  # a Store on this test's schema
+from tests.support.workers import WorkerGroup
+
+APP = "tests.integration.maintenance.maintenance_app:app"
+
+
+@pytest.fixture
+def workers(tenure_dsn: str, tmp_path: Path) -> Iterator[WorkerGroup]:
+    """Worker processes running maintenance_app on this test's schema, all gone afterwards."""
+    with WorkerGroup(tenure_dsn, tmp_path, app=APP) as group:
+        yield group
+
+
+def db_now(dsn: str) -> datetime:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    now: datetime = row[0]
+    return now
+
+
+def shifted(dsn: str, seconds: float) -> str:
+    """``dsn`` whose sessions see the scheduler's clock ``seconds`` ahead of the database's.
+
+    Only the scheduler's slot arithmetic reads ``tenure.schedule_shift``; leases never do.
+    """
+    params = conninfo_to_dict(dsn)
+    params["options"] = f"{params.get('options', '')} -c tenure.schedule_shift={seconds:.6f}s"
+    return make_conninfo(**params)  # type: ignore[arg-type]
+
+
+def rows(dsn: str, query: str, params: dict[str, object] | None = None) -> list[tuple[object, ...]]:
+    """Run one statement on its own connection; its rows (none for a plain write)."""
+    with psycopg.connect(dsn) as conn:
+        cursor = conn.execute(query, params or {})  # type: ignore[arg-type]
+        return cursor.fetchall() if cursor.description else []

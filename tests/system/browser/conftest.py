@@ -1,0 +1,58 @@
+"""A real headless Chromium (Debian's package) driven by Playwright, plus the observe fixtures.
+
+Nothing is downloaded: Playwright drives /usr/bin/chromium through
+``executable_path``. The tests are skipped, with the reason, only when that
+browser is missing or cannot start.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# The observability tests' fixtures: workers of the observe app, a producer, the journal.
+from tests.integration.observe.conftest import journal, ops, workers  # noqa: F401
+
+CHROMIUM = "/usr/bin/chromium"
+REBIND_HOST = "rebind.test"  # an attacker's name that resolves to 127.0.0.1
+ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    f"--host-resolver-rules=MAP {REBIND_HOST} 127.0.0.1",  # DNS rebinding, without a DNS server
+]
+ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium (.ci/run does)")
+    try:
+        from playwright.sync_api import Error, sync_playwright
+    except ImportError:
+        pytest.skip("the playwright package is not installed (pip install -e '.[test]')")
+    with sync_playwright() as playwright:
+        try:
+            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        except Error as exc:
+            pytest.skip(f"chromium cannot start here: {str(exc).splitlines()[0]}")
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    """Where screenshots go (gitignored): kept after the run for a human to look at."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
