@@ -3,6 +3,10 @@
 With ``TENURE_TEST_DSN`` set, a fresh database is created on that server for
 this run (and dropped at the end); otherwise an embedded PostgreSQL is started
 in a temporary directory. Nothing here is mocked.
+
+A test that reaches the server through a fixture (``server_dsn``, or any fixture
+built on it, however indirectly) is marked ``storage`` here at collection, so
+the marker cannot be forgotten or put where it does nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +22,15 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tests.support.schemas import fresh_schema_dsn
+
+DATABASE_FIXTURE = "server_dsn"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``storage`` every test whose fixture closure reaches the database fixture."""
+    for item in items:
+        if DATABASE_FIXTURE in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.storage)
 
 
 def _server_dsn(tmp_root: Path) -> Iterator[str]:

@@ -8,8 +8,6 @@ import pytest
 
 import tenure
 
-pytestmark = pytest.mark.storage
-
 
 def make_app(dsn: str) -> tenure.App:
     app = tenure.App(dsn)

@@ -17,8 +17,6 @@ from tests.support.waiting import wait_until_async
 import tenure
 from tenure._store import Finish, Store
 
-pytestmark = pytest.mark.storage
-
 LEASES = {"fetch": 30_000}
 
 

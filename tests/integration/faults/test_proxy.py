@@ -444,7 +444,6 @@ def test_rewrite_dsn_points_conninfo_and_urls_at_the_proxy() -> None:
     }
 
 
-@pytest.mark.storage
 @pytest.mark.parametrize(
     "dsn",
     [

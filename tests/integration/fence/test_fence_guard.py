@@ -38,8 +38,6 @@ from tenure.fence import (
 from tenure.fence._schema import QUERIES
 from tenure.fence._signing import MAX_TOKEN, sign_fence_v1
 
-pytestmark = pytest.mark.storage
-
 SECRET = b"guard-test-secret"
 INSERT_EFFECT = "INSERT INTO fence_test_effects (idempotency_key, token) VALUES (%s, %s)"
 DUPLICATES = 20

@@ -32,8 +32,6 @@ from tenure.fence import (
     fence_headers,
 )
 
-pytestmark = pytest.mark.storage
-
 INSERT_EFFECT = "INSERT INTO fence_test_effects (idempotency_key, token) VALUES (%s, %s)"
 
 

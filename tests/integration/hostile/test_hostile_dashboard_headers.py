@@ -29,8 +29,6 @@ from tenure._observe._dashboard import MAX_FORM_BYTES, _Sessions, create_dashboa
 from tenure._observe._http import ServerThread
 from tenure._store import Store, migrate
 
-pytestmark = pytest.mark.storage
-
 TOKEN = "hostile-dashboard-token-0123456789"
 OWNER = "w-hostile"
 # What a refused answer must never contain: job rows, the journal, a form's CSRF token.

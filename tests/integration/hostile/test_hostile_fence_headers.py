@@ -35,8 +35,6 @@ from tenure.fence import (
 )
 from tenure.fence._signing import MAX_TOKEN, sign_fence_v1
 
-pytestmark = pytest.mark.storage
-
 SECRET = b"hostile-corpus-secret"
 SCOPE = unique("tool-job")  # one job for the whole corpus; the honest owner holds token 5
 HONEST_TOKEN = 5

@@ -23,8 +23,6 @@ from tests.system.adapters.mcp.helpers import jobs
 from tenure import App
 from tenure.mcp import KEY_META, server
 
-pytestmark = pytest.mark.storage
-
 BAD_KEYS: list[Any] = [
     42,
     True,

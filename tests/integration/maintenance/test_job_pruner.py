@@ -11,8 +11,6 @@ from tenure import App, PolicyError
 from tenure._maintenance._job_pruner import JobPruner, JobPrunerConfig
 from tenure._store import Finish, NewJob, Store
 
-pytestmark = pytest.mark.storage
-
 DAY = 24 * 3600.0
 
 

@@ -8,8 +8,6 @@ from tests.integration.maintenance.maintenance_app import build_app
 from tenure import PolicyError
 from tenure._store import Store
 
-pytestmark = pytest.mark.storage
-
 LEASES = {"tick": 60_000, "hold": 60_000, "urgent": 60_000}
 
 

@@ -14,8 +14,6 @@ from tenure import App, Context
 from tenure._maintenance._service import Service
 from tenure._store import Store
 
-pytestmark = pytest.mark.storage
-
 
 def worker_services(store: Store, dsn: str) -> list[Service]:
     app = App(dsn)

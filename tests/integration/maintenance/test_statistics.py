@@ -16,8 +16,6 @@ from tenure._maintenance._statistics import StatisticsConfig, StatisticsKeeper
 from tenure._store import Store
 from tenure._store._connection import BULK_ANALYZE_MIN
 
-pytestmark = pytest.mark.storage
-
 CLAIM = {"owner": "w", "tools": ["t"], "lease_ms": [60_000], "limit": 100}
 
 

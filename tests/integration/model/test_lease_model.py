@@ -38,8 +38,6 @@ from tenure._store import _connection as store_module
 from tenure.fence import SyncFenceGuard, migrate_fence
 from tenure.fence import _guard as guard_module
 
-pytestmark = pytest.mark.storage
-
 LEASE_MS = 10_000
 # Few workers and jobs, so that interesting interleavings (reclaims, zombies) are common.
 WORKERS = ("w1", "w2")

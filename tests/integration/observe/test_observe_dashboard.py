@@ -17,8 +17,6 @@ from tenure._observe._http import ServerThread
 from tenure._observe._pages import pipelines_table
 from tenure._store import Store
 
-pytestmark = pytest.mark.storage
-
 TOKEN = "dashboard-test-token-0123456789"
 
 

@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 import psycopg
-import pytest
 from tests.integration.store.helpers import new_job
 
 from tenure._log import Event
@@ -16,8 +15,6 @@ from tenure._observe._doctor import check_indexes, check_schema, query_plan_scan
 from tenure._observe._journal import JournalWriter
 from tenure._observe._metrics import DatabaseGauges, ToolLabels
 from tenure._store import EventQuery, Finish, JournalRow, Store
-
-pytestmark = pytest.mark.storage
 
 DAY_MS = 86_400_000
 

@@ -20,8 +20,6 @@ from tests.integration.otel.spans import Traced, one
 from tenure import App, Context
 from tenure.fence import fence_headers
 
-pytestmark = pytest.mark.storage
-
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 SPAN_ID = "00f067aa0ba902b7"
 VALID = f"00-{TRACE_ID}-{SPAN_ID}-01"

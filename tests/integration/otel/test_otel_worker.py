@@ -16,8 +16,6 @@ from tests.integration.otel.spans import Traced, leaks, named, one
 import tenure.otel
 from tenure import App, Context, IdempotencyConflict
 
-pytestmark = pytest.mark.storage
-
 SECRET = "payload-text-41d0"
 
 

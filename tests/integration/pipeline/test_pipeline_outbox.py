@@ -25,8 +25,6 @@ import tenure
 from tenure import Context, Stage, Verdict
 from tenure.fence import raise_for_fence
 
-pytestmark = pytest.mark.storage
-
 
 def make_app(dsn: str) -> tenure.App:
     app = tenure.App(dsn)

@@ -16,8 +16,6 @@ from tests.integration.pipeline.pipeline_support import Tables, serving
 import tenure
 from tenure import Context
 
-pytestmark = pytest.mark.storage
-
 
 @pytest.fixture
 async def app(tenure_dsn: str) -> AsyncIterator[tenure.App]:

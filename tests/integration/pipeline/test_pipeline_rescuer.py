@@ -19,8 +19,6 @@ from tenure import Context, Stage, Verdict
 from tenure._maintenance._rescuer import Rescuer, RescuerConfig
 from tenure._store import Finish, Store
 
-pytestmark = pytest.mark.storage
-
 LEASE_MS = 60_000
 
 

@@ -15,8 +15,6 @@ from tests.integration.pipeline.pipeline_support import serving
 import tenure
 from tenure import Context, Stage, Verdict
 
-pytestmark = pytest.mark.storage
-
 POLICY: dict[str, Any] = {"lease": 5, "heartbeat": 1, "jitter": 1, "backoff": 0.01}
 
 

@@ -23,8 +23,6 @@ from tenure._payload import encode
 from tenure._pipeline._engine import Transitions
 from tenure._store import ClaimedJob, Finish, Store
 
-pytestmark = pytest.mark.storage
-
 LEASE_MS = 60_000
 
 

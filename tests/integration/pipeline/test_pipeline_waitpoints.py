@@ -14,8 +14,6 @@ from tests.support.waiting import wait_until_async
 import tenure
 from tenure import Context, Stage, Verdict
 
-pytestmark = pytest.mark.storage
-
 HANDED_OUT: dict[str, int] = {}  # what the gate "sent" the reviewer: run:stage → token
 
 

@@ -4,8 +4,6 @@ import pytest
 
 from tenure._store import Store
 
-pytestmark = pytest.mark.storage
-
 
 @pytest.fixture
 async def store(tenure_dsn: str) -> AsyncIterator[Store]:

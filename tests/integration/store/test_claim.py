@@ -1,12 +1,9 @@
 import asyncio
 import dataclasses
 
-import pytest
 from tests.integration.store.helpers import new_job
 
 from tenure._store import Store
-
-pytestmark = pytest.mark.storage
 
 
 async def test_concurrent_claimers_take_each_job_exactly_once(store: Store) -> None:

@@ -2,13 +2,10 @@
 
 import asyncio
 
-import pytest
 from tests.integration.store.helpers import new_job
 from tests.support.waiting import wait_until_async
 
 from tenure._store import ClaimedJob, Finish, LeaseConnection, Store
-
-pytestmark = pytest.mark.storage
 
 
 async def _claimed(store: Store, lease_ms: int = 5_000):  # type: ignore[no-untyped-def]

@@ -11,15 +11,12 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-import pytest
 from tests.integration.store.helpers import new_job
 from tests.support.waiting import wait_until
 
 from tenure._store import ClaimedJob, Extension, Finish, Store
 from tenure._worker._heartbeat import HeartbeatThread, Held
 from tenure._worker._ownership import Ownership
-
-pytestmark = pytest.mark.storage
 
 HEARTBEAT = 0.4
 LEASE_MS = 30_000

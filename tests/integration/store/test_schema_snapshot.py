@@ -22,8 +22,6 @@ import tenure._store
 from tenure._store import MIGRATIONS_PACKAGE, migrate
 from tenure._store._migrate import discover
 
-pytestmark = pytest.mark.storage
-
 SCHEMA_SQL = Path(tenure._store.__file__).with_name("schema.sql")
 README = Path(__file__).resolve().parents[3] / "README.md"
 AS_OF = re.compile(r"^-- As of migration: (\d{4}_[a-z0-9_]+)$", re.MULTILINE)

@@ -20,8 +20,6 @@ from tenure._states import (
     has_ended,
 )
 
-pytestmark = pytest.mark.storage
-
 
 def _allowed(dsn: str, table: str, column: str) -> set[str]:
     """The values a CHECK constraint on ``table`` allows ``column`` to take."""

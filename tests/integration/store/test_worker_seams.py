@@ -11,15 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
 from tests.integration.store.helpers import new_job
 
 from tenure import App, Context
 from tenure._store import Finish, Store
 from tenure._worker._completer import Completer
 from tenure._worker._ownership import Ownership
-
-pytestmark = pytest.mark.storage
 
 LEASES = {"t": 30_000}
 

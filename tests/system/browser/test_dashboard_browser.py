@@ -20,8 +20,6 @@ from tenure import App
 from tenure._observe._dashboard import create_dashboard
 from tenure._observe._http import ServerThread
 
-pytestmark = pytest.mark.storage
-
 TOKEN = "browser-test-token-0123456789"
 POLL = 0.3
 # A monotone run of samples of a lease bar's width (percent), 100 ms apart: shrinking.

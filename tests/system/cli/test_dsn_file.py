@@ -22,8 +22,6 @@ from tests.support.servers import traversable_temp_dir
 
 import tenure
 
-pytestmark = pytest.mark.storage
-
 ROOT = Path(__file__).resolve().parents[3]
 
 

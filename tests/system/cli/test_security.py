@@ -15,8 +15,6 @@ from tests.apps.echo_app import echo, inspect_environment
 
 import tenure
 
-pytestmark = pytest.mark.storage
-
 ROOT = Path(__file__).resolve().parents[3]
 
 NASTY = st.sampled_from(

@@ -314,7 +314,6 @@ def receiver(tenure_dsn: str) -> Iterator[Receiver]:
         yield receiver
 
 
-@pytest.mark.storage
 def test_every_metric_the_rules_and_the_dashboard_read_is_exposed(
     tenure_dsn: str, tmp_path: Path, receiver: Receiver
 ) -> None:

@@ -40,8 +40,6 @@ from tests.system.e2e.helpers import (
 from tenure import App
 from tenure._chaos._proxy import rewrite_dsn
 
-pytestmark = pytest.mark.storage
-
 # Between ensure_owned() and the request's arrival lie one write on a kept-alive
 # loopback connection and some scheduling on a busy machine.
 TRANSIT = 0.5

@@ -60,8 +60,6 @@ from tenure import App
 from tenure._chaos._proxy import FaultProxy, rewrite_dsn
 from tenure.fence import fence_headers
 
-pytestmark = pytest.mark.storage
-
 CUTS = ("blackhole", "reset")
 VARIANTS = ("late", "lost_response", "retry")
 SEEDS = (1, 2)

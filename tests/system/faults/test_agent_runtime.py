@@ -19,8 +19,6 @@ from tests.support.workers import Journal, WorkerGroup, closing_app
 import tenure
 from tenure import App
 
-pytestmark = pytest.mark.storage
-
 APP = "tests.apps.agent_app:app"
 
 

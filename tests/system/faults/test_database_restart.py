@@ -25,7 +25,7 @@ from tests.support.workers import Journal, WorkerGroup
 from tenure._embedded import EmbeddedPostgres
 from tenure._store import migrate
 
-pytestmark = [pytest.mark.storage, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 QUICK_JOBS = 20
 OUTAGE = 2.5  # how long the server stays down: the fault itself, not a wait for anything

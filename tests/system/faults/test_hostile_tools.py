@@ -14,8 +14,6 @@ from tests.support.workers import Journal, WorkerGroup, closing_app, wait_job
 
 from tenure import App
 
-pytestmark = pytest.mark.storage
-
 APP = "tests.apps.hostile_app:app"
 ENDED = ("succeeded", "failed", "cancelled")
 

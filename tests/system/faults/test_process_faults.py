@@ -28,8 +28,6 @@ from tenure import App
 from tenure._chaos._proxy import FaultProxy, rewrite_dsn
 from tenure._store import QUERIES
 
-pytestmark = pytest.mark.storage
-
 # A reclaim needs the lease to run out (≤ LEASE after the last beat) plus a poll.
 RECLAIM_TIMEOUT = 15.0
 DONE_TIMEOUT = 20.0

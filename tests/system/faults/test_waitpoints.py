@@ -25,8 +25,6 @@ from tenure._observe._dashboard import create_dashboard
 from tenure._observe._http import ServerThread
 from tenure._store import migrate
 
-pytestmark = pytest.mark.storage
-
 APP = "tests.apps.wait_app:app"
 
 

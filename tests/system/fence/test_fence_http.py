@@ -31,8 +31,6 @@ from tenure.fence import (
 )
 from tenure.fence._signing import MAX_TOKEN
 
-pytestmark = pytest.mark.storage
-
 SECRET = b"case-service-secret"
 DUPLICATES = 20
 

@@ -27,7 +27,7 @@ from tenure._store import migrate
 
 # slow: CI runs it once (246 subprocesses); it checks the command's argument handling, which
 # does not depend on the server version.
-pytestmark = [pytest.mark.storage, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 APP = "tests.integration.observe.observe_app:app"
 PAYLOAD = '{"text": "x"}'

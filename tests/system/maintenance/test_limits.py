@@ -26,8 +26,6 @@ from tests.support.workers import WorkerGroup
 from tenure import PayloadError, PolicyError
 from tenure._store import QUERIES, Finish, NewJob, Store
 
-pytestmark = pytest.mark.storage
-
 LIVE_BY_KEY = (
     "SELECT concurrency_key, count(*) FROM tenure_jobs"
     " WHERE state = 'running' AND lease_until > clock_timestamp()"

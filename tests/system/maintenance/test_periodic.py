@@ -12,7 +12,6 @@ from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import pytest
 from tests.integration.maintenance.conftest import db_now, rows, shifted
 from tests.integration.maintenance.maintenance_app import build_app
 from tests.support.waiting import wait_until
@@ -21,8 +20,6 @@ from tests.support.workers import WorkerGroup
 from tenure import App
 from tenure._maintenance._scheduler import Scheduler
 from tenure._store import Store
-
-pytestmark = pytest.mark.storage
 
 MINUTE = timedelta(minutes=1)
 

@@ -20,8 +20,6 @@ from tests.support.workers import REPO_ROOT
 from tenure._cli import main
 from tenure._store import Store
 
-pytestmark = pytest.mark.storage
-
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))

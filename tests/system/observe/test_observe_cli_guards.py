@@ -18,8 +18,6 @@ from tests.support.cli import assert_one_line_error, run_tenure
 from tests.support.schemas import fresh_schema_dsn
 from tests.support.workers import REPO_ROOT
 
-pytestmark = pytest.mark.storage
-
 APP = "tests.integration.observe.observe_app:app"
 NO_SCHEMA = "no tenure schema in this database; run `tenure migrate`"
 # A subprocess deadline, not a timing assertion: before the fix the doctor waited out the

@@ -32,8 +32,6 @@ from tenure import App
 from tenure._log import LineFormatter, log_event
 from tenure._observe._http import ServerThread
 
-pytestmark = pytest.mark.storage
-
 APP = "tests.integration.observe.observe_app:app"
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 FAR_FROM_UTC = "Asia/Kathmandu"  # UTC+05:45: local time passed off as UTC shows at once

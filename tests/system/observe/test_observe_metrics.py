@@ -20,8 +20,6 @@ from tenure._observe._http import ServerThread
 from tenure._observe._metrics import LOSS_REASONS, NOT_EMITTED, OTHER, TOOL_CAP, ToolLabels
 from tenure._store import Store
 
-pytestmark = pytest.mark.storage
-
 ECHO = {"tool": "echo", "model": "gpt-test", "provider": "acme"}
 SLOW = {"tool": "slow", "model": "slow-model", "provider": "acme"}
 

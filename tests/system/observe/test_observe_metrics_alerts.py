@@ -24,8 +24,6 @@ from tenure._chaos._proxy import FaultProxy
 from tenure._observe._http import MetricsState, ServerThread, metrics_app
 from tenure._observe._metrics import DatabaseGauges, ToolLabels
 
-pytestmark = pytest.mark.storage
-
 # Well below the pool's 30 s wait for a connection, which is what a scrape without a
 # deadline takes once the database is gone (and a partitioned one takes for ever).
 PATIENCE = 20.0

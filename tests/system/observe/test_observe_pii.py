@@ -25,8 +25,6 @@ from tenure._cli import main
 from tenure._observe._dashboard import create_dashboard
 from tenure._observe._http import ServerThread
 
-pytestmark = pytest.mark.storage
-
 
 def leaks(secrets: Iterable[str], where: str, text: str) -> list[str]:
     return [f"{secret!r} in {where}" for secret in secrets if secret in text]

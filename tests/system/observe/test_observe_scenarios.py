@@ -26,8 +26,6 @@ from tenure._observe._journal import payload_hmac
 from tenure._payload import encode
 from tenure.fence import FencedAuth, fence_headers
 
-pytestmark = pytest.mark.storage
-
 
 def running(journal: Journal, job_id: int, workers: WorkerGroup) -> dict[str, Any]:
     return wait_job(journal, job_id, lambda r: r["state"] == "running", "never ran", workers)

@@ -72,7 +72,6 @@ def test_tenure_otel_without_opentelemetry_says_which_extra_to_install() -> None
     assert said == "tenure.otel needs OpenTelemetry's API: pip install 'tenure[otel]'"
 
 
-@pytest.mark.storage
 def test_a_job_and_a_fenced_request_run_without_importing_opentelemetry(tenure_dsn: str) -> None:
     loaded = run_python(
         """

@@ -8,12 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[3]
 MARKER = "<!-- example: traces"
-
-pytestmark = pytest.mark.storage
 
 
 def example() -> tuple[str, str]:

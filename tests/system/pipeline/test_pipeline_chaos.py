@@ -21,8 +21,6 @@ from tests.support.workers import WorkerGroup
 
 from tenure import App
 
-pytestmark = pytest.mark.storage
-
 RUNS = 300
 STAGES = ("s1", "s2", "s3", "s4", "s5")
 KILLS = 8

@@ -22,8 +22,6 @@ from tests.support.workers import WorkerGroup
 
 from tenure import App
 
-pytestmark = pytest.mark.storage
-
 EXPECTED = [
     ("develop", 1, "succeeded", None),
     ("qa", 1, "succeeded", "reject"),

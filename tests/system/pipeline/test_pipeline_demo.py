@@ -10,7 +10,7 @@ import sys
 import pytest
 from tests.support.workers import REPO_ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.storage]
+pytestmark = pytest.mark.slow
 
 
 def test_the_review_example_survives_its_kills_and_reports_ok(server_dsn: str) -> None:

@@ -30,8 +30,6 @@ from tests.support.waiting import wait_until
 import tenure
 from tenure._store import connect_options, migrate, prepared_statements
 
-pytestmark = pytest.mark.storage
-
 PGBOUNCER = "/usr/sbin/pgbouncer"
 
 

@@ -23,8 +23,6 @@ from tests.support.workers import Journal, WorkerGroup, wait_job
 
 from tenure._observe._http import ServerThread
 
-pytestmark = pytest.mark.storage
-
 ROOT = Path(__file__).resolve().parents[3]
 CALLS = 6
 ENDED = ("succeeded", "failed", "cancelled")

@@ -18,8 +18,6 @@ from tests.support.storm.harness import ReceiverProcess
 
 from tenure._chaos import main
 
-pytestmark = pytest.mark.storage
-
 REPO_ROOT = Path(__file__).resolve().parents[3]
 ARGS = ["tests.apps.storm_app:app", "storm_call", '{"n": 1, "work": 0.2}']
 

@@ -22,8 +22,6 @@ from tenure import App
 from tenure._chaos._harness import Supervisor, wait_for
 from tenure._chaos._history import read_history
 
-pytestmark = pytest.mark.storage
-
 REPO_ROOT = Path(__file__).resolve().parents[3]
 POLL = 0.2
 BOUND = LEASE + POLL + 1.0  # the storms' recovery bound: lease + sweep + 1 s

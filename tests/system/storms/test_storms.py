@@ -27,9 +27,9 @@ from tests.support.storm.storm import StormPlan, StormResult, run_storm
 from tenure._embedded import EmbeddedPostgres
 from tenure._store import migrate
 
-# Storage tests, and heavy: .ci/run runs the slow ones once (on the embedded server),
+# Heavy: .ci/run runs the slow ones once (on the embedded server),
 # not again in its PostgreSQL 15 pass (they also pass there).
-pytestmark = [pytest.mark.storage, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 APP = "tests.apps.storm_app:app"
 REPO_ROOT = Path(__file__).resolve().parents[3]

@@ -33,8 +33,6 @@ from tests.system.adapters.mcp.helpers import jobs, key
 from tenure import App, ConfigError
 from tenure.mcp import META_KEY, TOKEN_ENV, http_app, server
 
-pytestmark = pytest.mark.storage
-
 APP = "tests.apps.mcp_app:app"
 TOKEN = "a-token-of-twenty-chars"
 _URL = re.compile(r"tenure mcp: (http://\S+)")

@@ -24,8 +24,6 @@ from tests.system.adapters.mcp.helpers import ERAS, Era, in_flight, jobs, key, m
 from tenure import App
 from tenure.mcp import META_KEY, server
 
-pytestmark = pytest.mark.storage
-
 
 def job_of(result: CallToolResult) -> dict[str, Any]:
     assert result.meta is not None, result

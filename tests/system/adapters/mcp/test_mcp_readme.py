@@ -20,8 +20,6 @@ from tenure import App
 ROOT = Path(__file__).resolve().parents[4]
 MARKER = "<!-- example: mcp"
 
-pytestmark = pytest.mark.storage
-
 
 def block() -> str:
     after = (ROOT / "README.md").read_text().split(MARKER, 1)[1]

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from tests.system.adapters.mcp.sdk import needs_sdk
 
 needs_sdk()  # before the SDK's imports below, hence E402
@@ -21,8 +20,6 @@ from tests.support.workers import WorkerGroup, WorkerProcess
 from tests.system.adapters.mcp.helpers import jobs, key, stdio
 
 from tenure.mcp import META_KEY
-
-pytestmark = pytest.mark.storage
 
 APP = "tests.apps.mcp_app:app"
 

@@ -24,8 +24,6 @@ from tests.system.adapters.pydantic_ai.ledger_fixtures import kill_when
 from tenure import App, PolicyError, UnknownTool
 from tenure.integrations.openai_agents import TenureTools
 
-pytestmark = pytest.mark.storage
-
 CHAT = {"chat": "chat-1"}
 
 

@@ -11,7 +11,7 @@ pytest.importorskip("pydantic_ai", reason="needs the extra: pip install -e '.[py
 
 from tests.support.cli import run_tenure
 
-pytestmark = [pytest.mark.storage, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 def test_the_agent_demo_gets_one_answer_and_one_effect_across_a_sigkill(server_dsn: str) -> None:

@@ -25,8 +25,6 @@ from tests.system.adapters.pydantic_ai.ledger_fixtures import kill_when
 
 from tenure import App
 
-pytestmark = pytest.mark.storage
-
 
 def start_agent(dsn: str, history: Path, account: str, *extra: str) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "tests.system.adapters.pydantic_ai.ledger_agent"]

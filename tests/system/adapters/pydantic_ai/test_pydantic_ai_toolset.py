@@ -25,8 +25,6 @@ from tests.system.adapters.pydantic_ai.ledger_app import SECRET, executions, ope
 from tenure import App, JobFailed, PolicyError, UnknownTool, WaitTimeout
 from tenure.integrations.pydantic_ai import TenureToolset
 
-pytestmark = pytest.mark.storage
-
 
 async def test_the_model_sees_the_apps_typed_tools(app: App) -> None:
     toolset = TenureToolset(app, tools=["post_entry", "refuse"])
