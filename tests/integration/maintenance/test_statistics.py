@@ -4,12 +4,12 @@ instead of sorting the whole queue."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 from tests.integration.maintenance.conftest import rows
 from tests.integration.store.helpers import new_job
+from tests.support.waiting import wait_until_async
 
 from tenure import PolicyError
 from tenure._maintenance._statistics import StatisticsConfig, StatisticsKeeper
@@ -84,10 +84,13 @@ async def test_the_keeper_analyzes_after_many_small_enqueues_and_then_rests(
         await producers.enqueue_many([new_job(f"b{b}-{i}") for i in range(batch)])
     await producers.close()
     keeper = StatisticsKeeper(store, StatisticsConfig(min_rows=1000))
-    deadline = asyncio.get_running_loop().time() + 30
-    while (await store.jobs_statistics())["live_rows"] < 5 * batch:
-        assert asyncio.get_running_loop().time() < deadline, "pgstat never counted the rows"
-        await asyncio.sleep(0.1)
+
+    async def counted() -> bool:
+        return bool((await store.jobs_statistics())["live_rows"] >= 5 * batch)
+
+    await wait_until_async(
+        counted, timeout=30, interval=0.1, message="pgstat never counted the rows"
+    )
     assert await keeper.run_once() is True
     assert analyzed_rows(tenure_dsn) == pytest.approx(5 * batch, rel=0.1)
     assert await keeper.run_once() is False  # fresh now: nothing to do

@@ -2,8 +2,9 @@ import asyncio
 import dataclasses
 
 from tests.integration.store.helpers import new_job
+from tests.support.waiting import wait_until_async
 
-from tenure._store import Store
+from tenure._store import ClaimedJob, Store
 
 
 async def test_concurrent_claimers_take_each_job_exactly_once(store: Store) -> None:
@@ -51,11 +52,13 @@ async def test_claim_only_takes_registered_tools_and_respects_run_after(store: S
 async def test_expired_lease_is_reclaimed_with_a_higher_token(store: Store) -> None:
     await store.enqueue(new_job("x"))
     [first] = await store.claim("w1", {"t": 500}, 1)
-    deadline = asyncio.get_running_loop().time() + 10
-    second = []
-    while not second:
-        assert asyncio.get_running_loop().time() < deadline, "lease never expired"
-        second = await store.claim("w2", {"t": 5_000}, 1)
+    second: list[ClaimedJob] = []
+
+    async def reclaimed() -> bool:
+        second.extend(await store.claim("w2", {"t": 5_000}, 1))
+        return bool(second)
+
+    await wait_until_async(reclaimed, message="the lease never expired")
     [again] = second
     assert again.id == first.id
     assert again.token > first.token
@@ -72,11 +75,13 @@ async def test_exhausted_expired_lease_fails_with_a_reason(store: Store) -> None
     await store.enqueue(new_job("x", attempts=1))
     [job] = await store.claim("w1", {"t": 500}, 1)
     failed: list[int] = []
-    deadline = asyncio.get_running_loop().time() + 10
-    while not failed:
-        assert asyncio.get_running_loop().time() < deadline
+
+    async def rescued() -> bool:
         assert await store.claim("w2", {"t": 500}, 1) == []  # never reclaimed past max
-        failed = await store.fail_exhausted_leases(100)
+        failed.extend(await store.fail_exhausted_leases(100))
+        return bool(failed)
+
+    await wait_until_async(rescued, message="the exhausted lease was never failed")
     assert failed == [job.id]
     row = await store.get_job(job.id)
     assert row.state == "failed" and row.error == {

@@ -20,7 +20,7 @@ import pytest
 from tests.integration.maintenance.conftest import rows
 from tests.integration.maintenance.maintenance_app import build_app
 from tests.integration.store.helpers import new_job
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_until, wait_until_async
 from tests.support.workers import WorkerGroup
 
 from tenure import PayloadError, PolicyError
@@ -149,10 +149,7 @@ async def test_an_expired_lease_frees_its_slot(store: Store) -> None:
         reclaimed.extend(await store.claim("w2", {"t": 60_000}, 5, limited=True))
         return bool(reclaimed)
 
-    deadline = asyncio.get_running_loop().time() + 10
-    while not await after_expiry():
-        assert asyncio.get_running_loop().time() < deadline, "the expired lease never freed"
-        await asyncio.sleep(0.05)
+    await wait_until_async(after_expiry, interval=0.05, message="the expired lease never freed")
     [again] = reclaimed
     assert again.id == held.id and again.previous_token == held.token  # expired first
     assert again.token > held.token and again.attempt == 2
