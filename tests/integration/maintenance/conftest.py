@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 
 import psycopg
@@ -20,14 +19,6 @@ def workers(tenure_dsn: str, tmp_path: Path) -> Iterator[WorkerGroup]:
     """Worker processes running maintenance_app on this test's schema, all gone afterwards."""
     with WorkerGroup(tenure_dsn, tmp_path, app=APP) as group:
         yield group
-
-
-def db_now(dsn: str) -> datetime:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT clock_timestamp()").fetchone()
-    assert row is not None
-    now: datetime = row[0]
-    return now
 
 
 def shifted(dsn: str, seconds: float) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -20,40 +21,57 @@ from tenure._store import EventQuery, Finish, JournalRow, Store
 DAY_MS = 86_400_000
 
 
-async def _expire(store: Store, job_id: int) -> None:
-    """Wait (on the database's clock) until the job's lease has run out."""
+def _ms(delta: timedelta) -> float:
+    return delta.total_seconds() * 1000
 
-    async def over() -> bool:
-        return bool((await store.job_detail(job_id))["lease_until"] <= await store.db_now())
 
-    await wait_until_async(over, message="the lease never ran out")
+async def _past(store: Store, moment: datetime, ms: float) -> None:
+    """Poll until the database's clock is ``ms`` past ``moment``."""
+
+    async def passed() -> bool:
+        return _ms(await store.db_now() - moment) >= ms
+
+    await wait_until_async(passed, message=f"the database's clock never passed {moment} + {ms} ms")
+
+
+async def _expire(store: Store, job_id: int, past_ms: float = 0) -> datetime:
+    """Wait (on the database's clock) until the job's lease has run out; its end."""
+    lease_until: datetime = (await store.job_detail(job_id))["lease_until"]
+    await _past(store, lease_until, past_ms)
+    return lease_until
 
 
 async def test_rescued_lease_journals_the_expiry_then_the_failure(store: Store) -> None:
     await store.enqueue(new_job("last", attempts=1))
     [job] = await store.claim("w1", {"t": 200}, 1)
-    await _expire(store, job.id)
+    lease_until = await _expire(store, job.id, past_ms=100)
     assert await store.fail_exhausted_leases(10) == [job.id]
+    found = _ms(await store.db_now() - lease_until)
     events = await store.job_timeline(job.id)
     assert [e["kind"] for e in events] == ["job_claimed", "lease_expired", "failed"]
     for event in events:
         assert (event["token"], event["attempt"], event["worker"]) == (job.token, 1, "w1")
     assert events[1]["code"] == events[2]["code"] == "lease_expired"
-    assert events[1]["duration_ms"] >= 0 and events[2]["duration_ms"] is None
+    # How long past its end the lease was found: at least the 100 ms waited, at most
+    # the time to the test's own reading after (a unit or a reference point off fails).
+    assert 100 <= events[1]["duration_ms"] <= found + 1 and events[2]["duration_ms"] is None
 
 
 async def test_commit_and_cancel_journal_durations_on_the_database_clock(store: Store) -> None:
     await store.enqueue(new_job("a"))
     await store.enqueue(new_job("b"))
+    before = await store.db_now()
     jobs = await store.claim("w1", {"t": 60_000}, 2)
     done, running = jobs
+    await _past(store, await store.db_now(), 100)  # both attempts run 100 ms or more
     verdict = await store.finish_many("w1", [Finish(done.id, done.token, "succeeded", "{}")])
     assert verdict == {done.id: True}
     assert await store.cancel(running.id) is not None
     (succeeded,) = [e for e in await store.job_timeline(done.id) if e["kind"] == "succeeded"]
     (cancelled,) = [e for e in await store.job_timeline(running.id) if e["kind"] == "cancelled"]
-    assert succeeded["duration_ms"] >= 0 and succeeded["code"] is None
-    assert cancelled["duration_ms"] >= 0 and cancelled["code"] == "cancelled"
+    ran = _ms(await store.db_now() - before)  # no attempt can have run longer than this
+    assert 100 <= succeeded["duration_ms"] <= ran + 1 and succeeded["code"] is None
+    assert 100 <= cancelled["duration_ms"] <= ran + 1 and cancelled["code"] == "cancelled"
     queued = await store.enqueue(new_job("never ran"))
     await store.cancel(queued.id)
     (not_run,) = [e for e in await store.job_timeline(queued.id) if e["kind"] == "cancelled"]
@@ -168,6 +186,7 @@ async def _load(store: Store, dsn: str) -> None:
 async def test_every_observability_statement_runs_and_uses_its_index(
     store: Store, tenure_dsn: str
 ) -> None:
+    before = await store.db_now()
     await _load(store, tenure_dsn)
     assert [c.status for c in await check_schema(store)] == ["ok"]
     checks = await check_indexes(store, None)
@@ -188,7 +207,9 @@ async def test_every_observability_statement_runs_and_uses_its_index(
     assert len(running) == 10 and running[0]["lease_until"] <= running[-1]["lease_until"]
     assert {r["tool"]: r["running"] for r in await store.running_summary(1000)} == {"t": 10}
     [depth] = await store.queue_depth(1000)
-    assert (depth["depth"], depth["capped"]) == (20, False) and depth["oldest_age"] >= 0
+    since_load = (await store.db_now() - before).total_seconds()
+    assert (depth["depth"], depth["capped"]) == (20, False)
+    assert 0 <= depth["oldest_age"] <= since_load  # seconds since a job of _load's was due
     [capped] = await store.queue_depth(5)
     assert (capped["depth"], capped["capped"]) == (5, True)
     assert await store.throughput(60_000, 5_000, 1000)

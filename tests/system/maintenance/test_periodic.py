@@ -12,8 +12,9 @@ from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from tests.integration.maintenance.conftest import db_now, rows, shifted
+from tests.integration.maintenance.conftest import rows, shifted
 from tests.integration.maintenance.maintenance_app import build_app
+from tests.support.schemas import db_now
 from tests.support.waiting import wait_until
 from tests.support.workers import WorkerGroup
 
