@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime
+from functools import partial
 
 import psycopg
 import pytest
@@ -273,7 +274,7 @@ async def test_a_flood_of_100000_jobs_does_not_starve_another_tenant(
                 assert row is not None
                 visible[probe.id] = row[0]
                 await wait_until_async(
-                    lambda job_id=probe.id: taken(job_id),
+                    partial(taken, probe.id),
                     timeout=60,
                     message=f"probe {i} was never claimed",
                 )

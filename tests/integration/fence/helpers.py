@@ -20,13 +20,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
 import uvicorn
 from tests.support.waiting import wait_until
 
 import tenure.fence
+
+
+class Wire(TypedDict):
+    """A request as ``fence_headers`` / ``sign_fence`` sign it: all three parts given."""
+
+    method: str
+    path: str
+    body: bytes
+
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # Where `tenure` is importable from, whether installed or run from the source tree.

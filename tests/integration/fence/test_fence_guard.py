@@ -447,12 +447,14 @@ async def test_invalid_requests_are_refused_before_the_database(guard: FenceGuar
             FenceGuard("dbname=unused", insecure=True, final_statuses=FINAL_STATUSES | never)
 
 
-async def answer(guard: FenceGuard, scope: str, key: str, status: int, **final: bool) -> bool:
+async def answer(
+    guard: FenceGuard, scope: str, key: str, status: int, final: bool | None = None
+) -> bool:
     """Apply the effect, answer ``status``; True if the guard recorded it."""
     async with guard.fenced(scope=scope, token=5, key=key, fingerprint="fp") as slot:
         assert slot.replay is None, "a not-final answer was replayed"
         await slot.conn.execute(INSERT_EFFECT, (key, 5))
-        recorded = slot.complete(status, f"{status}".encode(), **final)
+        recorded = slot.complete(status, f"{status}".encode(), final=final)
     return recorded
 
 

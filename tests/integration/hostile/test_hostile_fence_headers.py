@@ -113,7 +113,7 @@ def hand_signature(version: str, digest: str) -> bytes:
 GOOD = signed()
 GOOD_HEX = GOOD.removeprefix("v2=")
 
-TOKENS = [
+TOKENS: list[str | bytes] = [
     str(2**63),  # one past a bigint
     "9" * 19,
     "9" * 40,

@@ -18,7 +18,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from tests.apps.mcp_app import build_app
 from tests.support.workers import closing_app
-from tests.system.adapters.mcp.helpers import jobs
+from tests.system.adapters.mcp.helpers import jobs, key, text_of
 
 from tenure import App
 from tenure.mcp import KEY_META, server
@@ -60,9 +60,7 @@ async def test_a_malformed_client_key_is_refused_and_queues_nothing(
 ) -> None:
     async with Client(server(app)) as client:
         with pytest.raises(MCPError) as refused:
-            await client.call_tool(
-                "echo", {"text": "x"}, read_timeout_seconds=30, meta={KEY_META: bad}
-            )
+            await client.call_tool("echo", {"text": "x"}, read_timeout_seconds=30, meta=key(bad))
     assert refused.value.error.code == INVALID_PARAMS
     assert KEY_META in refused.value.error.message
     assert len(refused.value.error.message) < 200
@@ -90,5 +88,5 @@ async def test_arguments_that_do_not_fit_are_a_tool_error_and_queue_nothing(
     assert result.is_error
     assert result.structured_content is not None
     assert result.structured_content["error"]["code"] == "invalid_arguments"
-    assert len(result.content[0].text) < 5000
+    assert len(text_of(result)) < 5000
     assert jobs(tenure_dsn) == []

@@ -34,5 +34,5 @@ def shifted(dsn: str, seconds: float) -> str:
 def rows(dsn: str, query: str, params: dict[str, object] | None = None) -> list[tuple[object, ...]]:
     """Run one statement on its own connection; its rows (none for a plain write)."""
     with psycopg.connect(dsn) as conn:
-        cursor = conn.execute(query, params or {})  # type: ignore[arg-type]
+        cursor = conn.execute(query, params or {})
         return cursor.fetchall() if cursor.description else []

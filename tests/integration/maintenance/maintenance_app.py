@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import TypedDict
 
 from tenure import App, Context
 
 MARKS = os.environ.get("TENURE_TEST_MARKS", os.devnull)
 SCHEDULES = set(filter(None, os.environ.get("TENURE_TEST_SCHEDULES", "").split(",")))
-POLICY = {"lease": 1.5, "heartbeat": 0.3, "jitter": 0.5, "max_attempts": 3, "backoff": 0.05}
+
+
+class Policy(TypedDict):
+    lease: float
+    heartbeat: float
+    jitter: float
+    max_attempts: int
+    backoff: float
+
+
+POLICY: Policy = {"lease": 1.5, "heartbeat": 0.3, "jitter": 0.5, "max_attempts": 3, "backoff": 0.05}
 
 
 def note(marks: str, what: str, ctx: Context) -> None:

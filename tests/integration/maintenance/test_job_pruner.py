@@ -3,12 +3,15 @@ tools the pruner is responsible for; queued and running jobs stay whatever their
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from tests.integration.maintenance.conftest import rows
 from tests.integration.store.helpers import new_job
 
 from tenure import App, PolicyError
 from tenure._maintenance._job_pruner import JobPruner, JobPrunerConfig
+from tenure._states import FinishState
 from tenure._store import Finish, NewJob, Store
 
 DAY = 24 * 3600.0
@@ -21,7 +24,7 @@ def kept(job: NewJob, days: float) -> NewJob:
     )  # fmt: skip
 
 
-async def finish_all(store: Store, tools: list[str], state: str = "succeeded") -> list[int]:
+async def finish_all(store: Store, tools: list[str], state: FinishState = "succeeded") -> list[int]:
     """Claim every queued job of ``tools`` and commit ``state`` for each, fenced."""
     claimed = await store.claim("w", dict.fromkeys(tools, 60_000), 1000)
     verdicts = await store.finish_many(
@@ -63,7 +66,7 @@ async def test_each_job_is_kept_for_its_own_retention(store: Store, tenure_dsn: 
     batches: list[int] = []
     prune = store.prune_jobs
 
-    async def counted(tools: list[str] | None, limit: int, timeout_ms: int) -> int:
+    async def counted(tools: Sequence[str] | None, limit: int, timeout_ms: int) -> int:
         batches.append(await prune(tools, limit, timeout_ms))
         return batches[-1]
 

@@ -32,7 +32,7 @@ async def test_higher_priority_is_claimed_first(store: Store, tenure_dsn: str) -
         with pytest.raises(PolicyError, match="priority must be an integer in"):
             await app.enqueue("tick", priority=101)
         with pytest.raises(PolicyError, match="priority must be an integer in"):
-            app.tool("bad", priority=True)  # type: ignore[arg-type]
+            app.tool("bad", priority=True)
     finally:
         await app.aclose()
 

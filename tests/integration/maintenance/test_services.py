@@ -5,6 +5,7 @@ whether the database refused it or the code has a bug, is logged and the service
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 import pytest
@@ -13,6 +14,10 @@ from tests.support.waiting import wait_until_async
 from tenure import App, Context
 from tenure._maintenance._service import Service
 from tenure._store import Store
+
+
+def three_rounds(service: Service) -> bool:
+    return service.rounds >= 3
 
 
 def worker_services(store: Store, dsn: str) -> list[Service]:
@@ -49,7 +54,7 @@ async def test_each_service_logs_a_failed_round_and_lives_on(
         with caplog.at_level(logging.WARNING):
             async with service:
                 async with service:  # entering twice starts one loop
-                    await wait_until_async(lambda s=service: s.rounds >= 3, timeout=20)
+                    await wait_until_async(partial(three_rounds, service), timeout=20)
         assert service.failures == 1 and len(calls) >= 3, type(service).__name__
         logged = [r for r in caplog.records if service.failed_event in r.getMessage()]
         assert logged, type(service).__name__

@@ -37,6 +37,7 @@ from tenure._store import Finish, LeaseConnection, Store
 from tenure._store import _connection as store_module
 from tenure.fence import SyncFenceGuard, migrate_fence
 from tenure.fence import _guard as guard_module
+from tenure.fence._schema import QUERIES as fence_queries
 
 LEASE_MS = 10_000
 # Few workers and jobs, so that interesting interleavings (reclaims, zombies) are common.
@@ -359,7 +360,7 @@ def test_model_catches_a_receiver_without_its_high_water_mark(
         guard_module,
         "QUERIES",
         _mutated(
-            guard_module.QUERIES,
+            fence_queries,
             "raise_mark",
             "greatest(s.highest_token, excluded.highest_token)",
             "excluded.highest_token",

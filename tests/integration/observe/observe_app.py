@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import httpx
 
@@ -26,11 +27,13 @@ HEARTBEAT = 0.3
 JITTER = 0.5
 LABELS = {"model": "gpt-test", "provider": "acme"}
 
+T = TypeVar("T", bound=Callable[..., Any])
+
 
 def build_app(dsn: str | None = None, *, journal_key: str | None = None) -> App:
     app = App(dsn, journal_key=journal_key)
 
-    def tool(**overrides: Any) -> Any:
+    def tool(**overrides: Any) -> Callable[[T], T]:
         policy: dict[str, Any] = {
             "lease": LEASE,
             "heartbeat": HEARTBEAT,

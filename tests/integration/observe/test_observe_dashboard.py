@@ -118,8 +118,8 @@ async def test_with_a_token_actions_need_a_session_and_its_csrf_token(
     done = locked_board.post(f"/jobs/{job_id}/cancel", data={"csrf": csrf})
     assert done.status_code == 303 and done.headers["location"].startswith(f"/jobs/{job_id}?done=")
     assert (await store.get_job(job_id)).state == "cancelled"
-    page = locked_board.get(done.headers["location"]).text
-    assert "Cancelled: a running call was told to stop at once" in page
+    told = locked_board.get(done.headers["location"]).text
+    assert "Cancelled: a running call was told to stop at once" in told
     again = locked_board.post(f"/jobs/{job_id}/retry", data={"csrf": csrf})
     assert again.status_code == 303
     assert (await store.get_job(job_id)).state == "queued"
@@ -165,6 +165,7 @@ async def test_only_the_names_it_is_bound_to_are_answered(tenure_dsn: str, store
     job_id = await _running(store)
     for client in serve(tenure_dsn, None, allowed_hosts=["dash.example", "proxy.example:8443"]):
         port = urlsplit(str(client.base_url)).port
+        assert port is not None
         for name in ["127.0.0.1", "localhost", "[::1]", "LocalHost", "dash.example"]:
             for route in ROUTES:
                 ok = client.get(route.format(id=job_id), headers={"Host": f"{name}:{port}"})
@@ -197,9 +198,9 @@ async def test_non_ascii_credentials_are_refused_cleanly(
     """Tokens, bearer values, cookies and CSRF fields outside ASCII: 401/403, never a 500."""
     job_id = await _running(store)
     for raw in ["Bearer тест".encode(), b"Bearer \xff\xfe", f"Bearer {TOKEN}é".encode()]:
-        refused = locked_board.get("/api/overview", headers={"Authorization": raw})
+        refused = locked_board.get("/api/overview", headers={b"Authorization": raw})
         assert refused.status_code == 401, raw
-    cookie = {"Cookie": "tenure_session=сессия.подпись".encode()}
+    cookie = {b"Cookie": "tenure_session=сессия.подпись".encode()}
     assert locked_board.get("/metrics", headers=cookie).status_code == 401
     wrong = locked_board.post("/login", data={"token": "токен-доступа-неверный", "next": "/"})
     assert wrong.status_code == 403 and "set-cookie" not in wrong.headers
@@ -214,7 +215,7 @@ async def test_non_ascii_credentials_are_refused_cleanly(
 async def test_a_non_ascii_access_token_still_signs_in(tenure_dsn: str, store: Store) -> None:
     token = "пароль-панели-управления"
     for client in serve(tenure_dsn, token):
-        bearer = {"Authorization": f"Bearer {token}".encode()}
+        bearer = {b"Authorization": f"Bearer {token}".encode()}
         assert client.get("/api/overview", headers=bearer).status_code == 200
         assert client.post("/login", data={"token": token, "next": "/"}).status_code == 303
         assert client.get("/").status_code == 200

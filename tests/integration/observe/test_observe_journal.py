@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,6 +26,13 @@ def _ms(delta: timedelta) -> float:
     return delta.total_seconds() * 1000
 
 
+def _duration(event: Mapping[str, object]) -> int:
+    """An event's duration_ms, which these events must have."""
+    duration = event["duration_ms"]
+    assert isinstance(duration, int), event
+    return duration
+
+
 async def _past(store: Store, moment: datetime, ms: float) -> None:
     """Poll until the database's clock is ``ms`` past ``moment``."""
 
@@ -36,7 +44,8 @@ async def _past(store: Store, moment: datetime, ms: float) -> None:
 
 async def _expire(store: Store, job_id: int, past_ms: float = 0) -> datetime:
     """Wait (on the database's clock) until the job's lease has run out; its end."""
-    lease_until: datetime = (await store.job_detail(job_id))["lease_until"]
+    lease_until = (await store.job_detail(job_id))["lease_until"]
+    assert lease_until is not None
     await _past(store, lease_until, past_ms)
     return lease_until
 
@@ -54,7 +63,7 @@ async def test_rescued_lease_journals_the_expiry_then_the_failure(store: Store) 
     assert events[1]["code"] == events[2]["code"] == "lease_expired"
     # How long past its end the lease was found: at least the 100 ms waited, at most
     # the time to the test's own reading after (a unit or a reference point off fails).
-    assert 100 <= events[1]["duration_ms"] <= found + 1 and events[2]["duration_ms"] is None
+    assert 100 <= _duration(events[1]) <= found + 1 and events[2]["duration_ms"] is None
 
 
 async def test_commit_and_cancel_journal_durations_on_the_database_clock(store: Store) -> None:
@@ -70,8 +79,8 @@ async def test_commit_and_cancel_journal_durations_on_the_database_clock(store: 
     (succeeded,) = [e for e in await store.job_timeline(done.id) if e["kind"] == "succeeded"]
     (cancelled,) = [e for e in await store.job_timeline(running.id) if e["kind"] == "cancelled"]
     ran = _ms(await store.db_now() - before)  # no attempt can have run longer than this
-    assert 100 <= succeeded["duration_ms"] <= ran + 1 and succeeded["code"] is None
-    assert 100 <= cancelled["duration_ms"] <= ran + 1 and cancelled["code"] == "cancelled"
+    assert 100 <= _duration(succeeded) <= ran + 1 and succeeded["code"] is None
+    assert 100 <= _duration(cancelled) <= ran + 1 and cancelled["code"] == "cancelled"
     queued = await store.enqueue(new_job("never ran"))
     await store.cancel(queued.id)
     (not_run,) = [e for e in await store.job_timeline(queued.id) if e["kind"] == "cancelled"]
@@ -209,7 +218,9 @@ async def test_every_observability_statement_runs_and_uses_its_index(
     [depth] = await store.queue_depth(1000)
     since_load = (await store.db_now() - before).total_seconds()
     assert (depth["depth"], depth["capped"]) == (20, False)
-    assert 0 <= depth["oldest_age"] <= since_load  # seconds since a job of _load's was due
+    assert (
+        depth["oldest_age"] is not None and 0 <= depth["oldest_age"] <= since_load
+    )  # seconds since a job of _load's was due
     [capped] = await store.queue_depth(5)
     assert (capped["depth"], capped["capped"]) == (5, True)
     assert await store.throughput(60_000, 5_000, 1000)

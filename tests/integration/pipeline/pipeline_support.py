@@ -25,7 +25,7 @@ class Tables:
 
     def rows(self, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         with psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row) as conn:
-            cursor = conn.execute(query, params or {})  # type: ignore[arg-type]
+            cursor = conn.execute(query, params or {})
             return cursor.fetchall() if cursor.description else []
 
     def value(self, query: str, params: dict[str, Any] | None = None) -> Any:

@@ -118,7 +118,11 @@ async def test_a_beat_that_crosses_the_jobs_own_commit_reports_no_loss(
         start = time.monotonic()
         for job in (mine, gone):
             item = held(job, start)
-            item.on_end = lambda reason, job_id=job.id: ended.append((job_id, reason))
+
+            def on_end(reason: str, job_id: int = job.id) -> None:
+                ended.append((job_id, reason))
+
+            item.on_end = on_end
             if job is mine:
                 item.ownership.committing = True  # the completer sent its commit
             thread.hold(item)

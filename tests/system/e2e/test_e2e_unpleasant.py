@@ -39,7 +39,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.apps.fence_app import HEARTBEAT, case_key
-from tests.integration.fence.helpers import Receiver, Receivers
+from tests.integration.fence.helpers import Receiver, Receivers, Wire
 from tests.support.waiting import wait_until
 from tests.support.workers import Journal, WorkerGroup, WorkerProcess, wait_job
 from tests.system.e2e.helpers import (
@@ -349,7 +349,7 @@ def test_signed_tokens_end_to_end_and_a_forged_token_cannot_lock_out_the_new_own
         body = {"title": case_title("retry", 1)}  # the very request the owners send
         with httpx.Client(base_url=receiver.url, timeout=10) as client:
             sent = client.build_request("POST", "/cases", json=body)
-            request = {"method": sent.method, "path": str(sent.url), "body": sent.content}
+            request: Wire = {"method": sent.method, "path": str(sent.url), "body": sent.content}
             honest = fence_headers(scope, t1, key, SECRET, **request)
             for headers in (
                 fence_headers(scope, 2**62, key, b"not-the-secret", **request),  # forged

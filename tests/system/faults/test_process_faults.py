@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,28 @@ def succeeded_exactly_once(journal: Journal, job_id: int) -> dict[str, Any]:
 # -- crash and pause -----------------------------------------------------------------
 
 
+def newer_token(row: dict[str, Any], *, than: int) -> bool:
+    return bool(row["token"] > than)
+
+
+def noticed_the_loss(stale: WorkerProcess, job_id: int) -> bool:
+    """The stale worker saw it lost the job: a lost beat, a refused commit, or a call
+    stopped at its local deadline or on zero rows."""
+    return (
+        stale.has_event("heartbeat_lost", job=job_id)
+        or stale.has_event("result_rejected", job=job_id)
+        or stale.has_event("call_abandoned", job=job_id, reason="deadline_passed")
+        or stale.has_event("call_abandoned", job=job_id, reason="zero_rows")
+    )
+
+
+def refused_if_it_finished(stale: WorkerProcess, job_id: int) -> bool:
+    """The stale worker's call did not succeed, or its commit was rejected."""
+    return not stale.has_event("call_finished", job=job_id, outcome="succeeded") or stale.has_event(
+        "result_rejected", job=job_id
+    )
+
+
 def test_sigkilled_owner_is_replaced_after_its_lease_and_the_call_completes_once(
     workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path
 ) -> None:
@@ -171,7 +194,7 @@ def test_sigstopped_owner_past_its_lease_cannot_commit_or_act_after_sigcont(
         wait_job(
             journal,
             job_id,
-            lambda j, t=first["token"]: j["token"] > t,
+            partial(newer_token, than=first["token"]),
             timeout=RECLAIM_TIMEOUT,
             what="was never reclaimed from the stopped worker",
             workers=workers,
@@ -192,21 +215,13 @@ def test_sigstopped_owner_past_its_lease_cannot_commit_or_act_after_sigcont(
         # The stale worker must notice: a zero-row/expired heartbeat, a rejected
         # commit, or ensure_owned() refusing after the local deadline passed.
         wait_until(
-            lambda jid=job_id: (
-                stale.has_event("heartbeat_lost", job=jid)
-                or stale.has_event("result_rejected", job=jid)
-                or stale.has_event("call_abandoned", job=jid, reason="deadline_passed")
-                or stale.has_event("call_abandoned", job=jid, reason="zero_rows")
-            ),
+            partial(noticed_the_loss, stale, job_id),
             timeout=10,
             message=f"the stale worker never noticed it lost job {job_id}:\n{stale.log()}",
         )
         # If the stale call did run to the end, its commit must have been refused.
         wait_until(
-            lambda jid=job_id: (
-                not stale.has_event("call_finished", job=jid, outcome="succeeded")
-                or stale.has_event("result_rejected", job=jid)
-            ),
+            partial(refused_if_it_finished, stale, job_id),
             timeout=10,
             message=f"the stale worker's result for job {job_id} was not rejected",
         )

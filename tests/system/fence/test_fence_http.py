@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from tests.integration.fence.helpers import Receivers, count_rows, fence_tables, unique
+from tests.integration.fence.helpers import Receivers, Wire, count_rows, fence_tables, unique
 from tests.support.waiting import wait_until
 
 from tenure._errors import OwnershipUnknown
@@ -199,14 +199,14 @@ def test_forged_or_unsigned_requests_cannot_lock_out_the_honest_writer(
     with httpx.Client(base_url=receiver.url, timeout=10) as client:
         forged = client.post("/cases", json={"title": "x"}, auth=FencedAuth(attacker, "evil"))
         bare = client.post("/cases", json={"title": "x"}, auth=FencedAuth(unsigned, "evil"))
-        sent = {"method": "POST", "path": "/cases", "body": b'{"title":"x"}'}
+        sent: Wire = {"method": "POST", "path": "/cases", "body": b'{"title":"x"}'}
         tampered_headers = {
-            **honest.fence_headers("open", **sent),  # type: ignore[arg-type]
+            **honest.fence_headers("open", **sent),
             "X-Execution-Fence": str(MAX_TOKEN),
         }
         tampered = client.post("/cases", content=sent["body"], headers=tampered_headers)
         accepted = client.post("/cases", json={"title": "x"}, auth=FencedAuth(honest, "open"))
-    assert SIGNATURE_HEADER in honest.fence_headers("open", **sent)  # type: ignore[arg-type]
+    assert SIGNATURE_HEADER in honest.fence_headers("open", **sent)
     for refused in (forged, bare, tampered):
         assert refused.status_code == 403, refused.text
         assert refused.json()["error"] == "bad_signature"

@@ -222,7 +222,7 @@ def seeded_dsn(database_dsn: str) -> Iterator[str]:
     yield dsn
 
 
-def snapshot(dsn: str) -> tuple[object, ...]:
+def snapshot(dsn: str) -> tuple[int, str | None, int, str | None]:
     """Every row of tenure_jobs and tenure_events, digested: any insert, update or delete
     shows."""
     with psycopg.connect(dsn) as conn:
@@ -235,7 +235,8 @@ def snapshot(dsn: str) -> tuple[object, ...]:
             """
         ).fetchone()
     assert row is not None
-    return tuple(row)
+    jobs, jobs_digest, events, events_digest = row
+    return jobs, jobs_digest, events, events_digest
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from tests.support.waiting import wait_until, wait_until_async
 from tests.support.workers import WorkerGroup
 
 from tenure import PayloadError, PolicyError
-from tenure._store import QUERIES, Finish, NewJob, Store
+from tenure._store import QUERIES, ClaimedJob, Finish, NewJob, Store
 
 LIVE_BY_KEY = (
     "SELECT concurrency_key, count(*) FROM tenure_jobs"
@@ -143,7 +143,7 @@ async def test_an_expired_lease_frees_its_slot(store: Store) -> None:
     [held] = await store.claim("w1", {"t": 300}, 5, limited=True)
     assert held.idempotency_key == "first"
     assert await store.claim("w2", {"t": 60_000}, 5, limited=True) == []
-    reclaimed: list[object] = []
+    reclaimed: list[ClaimedJob] = []
 
     async def after_expiry() -> bool:
         reclaimed.extend(await store.claim("w2", {"t": 60_000}, 5, limited=True))
@@ -186,9 +186,9 @@ async def test_limits_come_from_the_app(tenure_dsn: str) -> None:
         ) == [(None, False)]
         tick = await app.enqueue("tick", concurrency_key="user:vip:1")  # longest prefix wins
         exported = await app.enqueue("export")
-        by_id = dict(
-            rows(tenure_dsn, "SELECT id, concurrency_limit FROM tenure_jobs")  # type: ignore[arg-type]
-        )
+        by_id = {
+            r[0]: r[1] for r in rows(tenure_dsn, "SELECT id, concurrency_limit FROM tenure_jobs")
+        }
         assert (by_id[tick.id], by_id[exported.id]) == (5, 4)
         with pytest.raises(PolicyError, match="matches no declared limit"):
             await app.enqueue("tick", concurrency_key="tenant:1")

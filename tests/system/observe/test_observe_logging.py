@@ -66,7 +66,9 @@ def test_every_worker_line_starts_with_a_utc_timestamp(
     ):
         try:
             job = ops.enqueue_sync("echo", {"text": "x"})
-            wait_until(lambda: "succeeded" in log_path.read_text(), timeout=30, message=command)
+            wait_until(
+                lambda: "succeeded" in log_path.read_text(), timeout=30, message=" ".join(command)
+            )
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(20) == 0, log_path.read_text()
         finally:

@@ -145,7 +145,12 @@ class Source:
 
 def sent_headers(headers: dict[str, str] | None = None) -> httpx.Headers:
     seen: list[httpx.Request] = []
-    transport = httpx.MockTransport(lambda r: seen.append(r) or httpx.Response(200))
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200)
+
+    transport = httpx.MockTransport(answer)
     with httpx.Client(transport=transport) as client:
         client.post("http://receiver/cases", headers=headers, auth=FencedAuth(Source(), "op"))
     return seen[0].headers

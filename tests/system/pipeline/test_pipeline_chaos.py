@@ -63,7 +63,11 @@ def test_300_runs_of_5_stages_survive_8_kills_of_every_worker(
     marks = sorted(rng.sample(range(total // 20, total * 9 // 10), KILLS))
     in_flight = []
     for mark in marks:
-        wait_until(lambda m=mark: committed(tables) >= m, timeout=60, interval=0.05)
+
+        def reached(m: int = mark) -> bool:
+            return committed(tables) >= m
+
+        wait_until(reached, timeout=60, interval=0.05)
         in_flight.append(tables.value("SELECT count(*) FROM tenure_jobs WHERE state = 'running'"))
         for worker in stage_workers:
             if worker.alive:

@@ -32,7 +32,7 @@ def sending_side() -> str:
     """The first Python block of the README's fence section: the tool that sends."""
     text = (ROOT / "README.md").read_text()
     section = text.split("## Side effects that happen once", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.+?)\n```", section, re.S)
+    blocks: list[str] = re.findall(r"```python\n(.+?)\n```", section, re.S)
     assert blocks and "@app.tool(" in blocks[0], section[:2000]
     return blocks[0]
 

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.integration.fence.helpers import Wire
 
 import tenure.fence
 from tenure._errors import IdempotencyConflict, TenureError
@@ -55,7 +56,7 @@ def test_headers_carry_key_token_scope_and_a_signature_only_with_a_secret() -> N
         FENCE_HEADER: "42",
         SCOPE_HEADER: "tool-job:7",
     }
-    on_the_wire = {"method": "post", "path": "http://cases.internal/cases?x=1", "body": BODY}
+    on_the_wire: Wire = {"method": "post", "path": "http://cases.internal/cases?x=1", "body": BODY}
     signed = fence_headers("tool-job:7", 42, "tool-job:7:create_case", SECRET, **on_the_wire)
     fence = "tool-job:7\n42\ntool-job:7:create_case"
     expected = hand_made_v2(SECRET, fence, "POST", b"/cases?x=1", BODY)

@@ -8,6 +8,7 @@ import json
 import logging
 import re
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -126,7 +127,7 @@ def test_payload_hmac_is_keyed_and_the_key_must_be_long(monkeypatch: pytest.Monk
     assert journal_key(None) == b"from-the-environment"
     monkeypatch.delenv("TENURE_JOURNAL_KEY")
     assert journal_key(None) is None
-    assert App("dbname=x", journal_key="y" * 16)._new_job  # accepted at construction
+    assert App("dbname=x", journal_key="y" * 16)._journal_key == b"y" * 16  # accepted
 
 
 def test_journal_rows_from_events_take_code_duration_and_observation_time() -> None:
@@ -194,11 +195,16 @@ def _samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
     }
 
 
+class _On(TypedDict):
+    tool: str
+    worker: str
+
+
 def test_metrics_count_the_contracts_events() -> None:
     labels = ToolLabels()
     labels.register("t", {"model": "m", "provider": "p"})
     metrics = Metrics(labels)
-    tool = {"tool": "t", "worker": "w"}
+    tool: _On = {"tool": "t", "worker": "w"}
     for event in [
         Event("job_claimed", job=1, **tool),
         Event("job_claimed", job=1, fields={"previous_token": 4}, **tool),

@@ -15,6 +15,7 @@ import tenure
 from tenure import Context, Stage, Verdict
 from tenure._pipeline._model import Graph, run_of_key
 from tenure._pipeline._transitions import Outcome, decide_outcome
+from tenure._states import StageState
 from tenure._store import RunRow, StageRow
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -86,7 +87,7 @@ def test_verdicts_are_values_and_checked() -> None:
 
 
 def picture(
-    graph: Graph, rows: list[tuple[str, int, str, list[str]]]
+    graph: Graph, rows: list[tuple[str, int, StageState, list[str]]]
 ) -> tuple[RunRow, list[StageRow]]:
     run = RunRow(
         1, "p", "running", "k", {}, "h", graph.to_json(), {"task": "T"}, None, None, NOW, NOW, None

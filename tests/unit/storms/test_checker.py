@@ -20,7 +20,9 @@ LEASE = 3.0
 OFFSET = 900.0  # wall - monotonic on the synthetic machine
 
 
-def job(job_id: int, token: int, *, state: str = "succeeded", result_token: int | None = None):
+def job(
+    job_id: int, token: int, *, state: str = "succeeded", result_token: int | None = None
+) -> dict[str, Any]:
     return {
         "id": job_id,
         "idempotency_key": f"k{job_id}",
@@ -36,7 +38,9 @@ def job(job_id: int, token: int, *, state: str = "succeeded", result_token: int 
     }
 
 
-def event(kind: str, job_id: int, token: int, at: float, worker: str, **extra: Any):
+def event(
+    kind: str, job_id: int, token: int, at: float, worker: str, **extra: Any
+) -> dict[str, Any]:
     return {"kind": kind, "job_id": job_id, "token": token, "at": at, "worker": worker, **extra}
 
 

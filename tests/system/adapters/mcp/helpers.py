@@ -11,13 +11,14 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 import psycopg
 from mcp import Client, StdioServerParameters, stdio_client
 from mcp.server.lowlevel import Server
 from mcp.shared.memory import create_client_server_memory_streams
+from mcp_types import CallToolResult, RequestParamsMeta, TextContent
 from psycopg.rows import dict_row
 from tests.support.workers import REPO_ROOT
 
@@ -96,9 +97,17 @@ async def in_flight(
         yield scope
 
 
-def key(value: str) -> dict[str, Any]:
-    """The request ``_meta`` that names the call's idempotency key."""
-    return {KEY_META: value}
+def key(value: object) -> RequestParamsMeta:
+    """The request ``_meta`` that names the call's idempotency key (any value: the hostile
+    tests send ones the server must refuse)."""
+    return cast(RequestParamsMeta, {KEY_META: value})
+
+
+def text_of(result: CallToolResult) -> str:
+    """The text of a tool result's first block (a tenure tool answers with one text block)."""
+    block = result.content[0]
+    assert isinstance(block, TextContent), block
+    return block.text
 
 
 def rows(dsn: str, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -25,10 +25,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
+from pydantic import AnyHttpUrl
 from tests.integration.fence.helpers import serve
 from tests.support.waiting import wait_until
 from tests.support.workers import REPO_ROOT, WorkerProcess
-from tests.system.adapters.mcp.helpers import jobs, key
+from tests.system.adapters.mcp.helpers import jobs, key, text_of
 
 from tenure import App, ConfigError
 from tenure.mcp import META_KEY, TOKEN_ENV, http_app, server
@@ -77,7 +78,7 @@ async def test_tenure_mcp_http_serves_both_eras_on_loopback(
     async with Client(url) as modern:  # probes server/discover: the stateless 2026 wire
         assert modern.protocol_version == "2026-07-28"
         result = await modern.call_tool("echo", {"text": "over http"})
-    assert result.content[0].text == "over http", err.read_text()
+    assert text_of(result) == "over http", err.read_text()
     # The 2025 handshake: a stateful session, the scope of its keys.
     async with Client(url, mode="legacy") as one, Client(url, mode="legacy") as two:
         first = await one.call_tool("echo", {"text": "a"}, meta=key("k"))
@@ -115,7 +116,7 @@ async def test_with_a_token_every_request_must_carry_it(app: App, worker: Worker
         assert wrong.status_code == 401
         async with bearer(f"{base}/mcp", TOKEN) as client:
             result = await client.call_tool("echo", {"text": "let in"})
-    assert result.content[0].text == "let in"
+    assert text_of(result) == "let in"
     with serve(http_app(app)) as base:  # loopback without a token; Host must name us
         rebound = httpx.post(f"{base}/mcp", json={}, headers={"Host": "attacker.example"})
         assert rebound.status_code == 421
@@ -144,7 +145,7 @@ async def test_an_authenticated_principal_finds_its_jobs_from_any_session_and_on
     app: App, worker: WorkerProcess, tenure_dsn: str, mode: str
 ) -> None:
     asgi = server(app).streamable_http_app(
-        auth=AuthSettings(issuer_url="http://127.0.0.1:9", resource_server_url=None),
+        auth=AuthSettings(issuer_url=AnyHttpUrl("http://127.0.0.1:9"), resource_server_url=None),
         token_verifier=_Verifier(),
     )
     with serve(asgi) as base:
@@ -156,7 +157,7 @@ async def test_an_authenticated_principal_finds_its_jobs_from_any_session_and_on
         async with bearer(url, "bob-token", mode) as bob:
             theirs = await bob.call_tool("echo", {"text": "other"}, meta=key("report"))
     assert job_of(again) == {**job_of(first), "created": False}
-    assert job_of(theirs)["created"] is True and theirs.content[0].text == "other"
+    assert job_of(theirs)["created"] is True and text_of(theirs) == "other"
     tenants = [r["tenant"] for r in jobs(tenure_dsn, "echo")]
     assert len(tenants) == 2 and len(set(tenants)) == 2
     assert all(t.startswith("mcp:user:") for t in tenants), tenants

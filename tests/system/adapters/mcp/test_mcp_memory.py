@@ -19,7 +19,15 @@ from mcp_types import INVALID_PARAMS, CallToolResult, CancelledNotification
 from mcp_types import CancelledNotificationParams as Cancel
 from tests.support.waiting import wait_until_async
 from tests.support.workers import WorkerGroup, WorkerProcess
-from tests.system.adapters.mcp.helpers import ERAS, Era, in_flight, jobs, key, memory_client
+from tests.system.adapters.mcp.helpers import (
+    ERAS,
+    Era,
+    in_flight,
+    jobs,
+    key,
+    memory_client,
+    text_of,
+)
 
 from tenure import App
 from tenure.mcp import META_KEY, server
@@ -53,7 +61,7 @@ async def test_a_call_runs_as_a_job_of_its_session_and_returns_the_result(
     async with memory_client(server(app), era) as client:
         result = await client.call_tool("echo", {"text": "hello"})
     assert not result.is_error, result
-    assert result.content[0].text == "hello"
+    assert text_of(result) == "hello"
     job = job_of(result)
     assert job["created"] is True and job["state"] == "succeeded" and job["attempts"] == 1
     [row] = jobs(tenure_dsn, "echo")
@@ -92,7 +100,7 @@ async def test_two_sessions_can_neither_see_nor_reuse_nor_cancel_each_others_job
         theirs = await b.call_tool("echo", {"text": "b"}, meta=key("shared"))
         assert job_of(theirs)["id"] != job_of(mine)["id"]
         assert job_of(theirs)["created"] is True  # A's job under that key is not B's
-        assert theirs.content[0].text == "b"
+        assert text_of(theirs) == "b"
         # Nor can B stop A's call by naming A's request id.
         async with in_flight(a, "wait_for_cancel", {"marker": str(marker)}) as call_a:
             await wait_until_async(lambda: "started" in text(marker), timeout=30)
@@ -168,7 +176,7 @@ async def test_the_tools_progress_arrives_as_progress_notifications(
 
     async with memory_client(server(app), era) as client:
         result = await client.call_tool("count", {"steps": 4}, progress_callback=on_progress)
-    assert result.structured_content is None and result.content[0].text == "4"
+    assert result.structured_content is None and text_of(result) == "4"
     assert len(seen) >= 2, seen
     values = [p for p, _, _ in seen]
     assert values == sorted(set(values)), seen  # only ever increasing
@@ -186,7 +194,7 @@ async def test_a_failed_job_is_a_tool_error_with_its_code_and_never_its_internal
     assert told.structured_content == {
         "error": {"code": "permanent", "attempts": 1, "message": "customer 7 is closed"}
     }
-    assert "customer 7 is closed" in told.content[0].text
+    assert "customer 7 is closed" in text_of(told)
     assert hidden.is_error
     assert hidden.structured_content == {"error": {"code": "error", "attempts": 2}}
     assert "hunter2" not in hidden.model_dump_json()
@@ -202,7 +210,7 @@ async def test_arguments_that_do_not_fit_list_every_problem_and_queue_nothing(
     error = result.structured_content["error"]
     assert error["code"] == "invalid_arguments"
     assert len(error["problems"]) == 3, error
-    assert all(p.split(":")[0] in result.content[0].text for p in error["problems"])
+    assert all(p.split(":")[0] in text_of(result) for p in error["problems"])
     assert jobs(tenure_dsn) == []
 
 
@@ -213,6 +221,6 @@ async def test_an_unknown_tool_or_a_malformed_key_is_a_protocol_error_that_queue
         with pytest.raises(MCPError, match="unknown tool 'nope'") as unknown:
             await client.call_tool("nope", {})
         with pytest.raises(MCPError, match="idempotencyKey") as malformed:
-            await client.call_tool("echo", {"text": "x"}, meta={"idempotencyKey": 42})
+            await client.call_tool("echo", {"text": "x"}, meta=key(42))
     assert unknown.value.error.code == malformed.value.error.code == INVALID_PARAMS
     assert jobs(tenure_dsn) == []

@@ -17,7 +17,7 @@ from tests.apps.fence_app import case_key as fence_case_key
 from tests.integration.fence.helpers import Receivers, count_rows
 from tests.support.waiting import wait_until_async
 from tests.support.workers import WorkerGroup, WorkerProcess
-from tests.system.adapters.mcp.helpers import jobs, key, stdio
+from tests.system.adapters.mcp.helpers import jobs, key, stdio, text_of
 
 from tenure.mcp import META_KEY
 
@@ -42,7 +42,7 @@ async def test_over_stdio_a_call_completes_with_its_progress(
             "count", {"steps": 3}, progress_callback=on_progress, meta=key("stdio-1")
         )
     assert not result.is_error, (result, (tmp_path / "mcp.err").read_text())
-    assert result.content[0].text == "3"
+    assert text_of(result) == "3"
     assert seen and seen == sorted(set(seen)) and seen[-1] == 3.0, seen
     [row] = jobs(tenure_dsn, "count")
     assert row["idempotency_key"] == "mcp:key:stdio-1" and row["state"] == "succeeded"

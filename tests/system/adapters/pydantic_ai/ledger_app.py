@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS ledger_gates (account text PRIMARY KEY)
 def prepare(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in DDL.split(";"):
-            conn.execute(statement)  # type: ignore[arg-type]
+            conn.execute(statement)
 
 
 def open_gate(dsn: str, account: str) -> None:
