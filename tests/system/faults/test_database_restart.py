@@ -13,12 +13,11 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 
-import psycopg
 import pytest
 from tests.apps.fault_app import LEASE, build_app
+from tests.support.schemas import db_now
 from tests.support.waiting import wait_until
 from tests.support.workers import Journal, WorkerGroup
 
@@ -44,14 +43,6 @@ def server() -> Iterator[EmbeddedPostgres]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def db_clock(dsn: str) -> datetime:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT clock_timestamp()").fetchone()
-    assert row is not None
-    value: datetime = row[0]
-    return value
-
-
 def test_after_an_outage_a_worker_keeps_the_leases_it_is_granted(
     server: EmbeddedPostgres, tmp_path: Path
 ) -> None:
@@ -74,7 +65,7 @@ def test_after_an_outage_a_worker_keeps_the_leases_it_is_granted(
         worker.wait_event("ownership_unknown", timeout=20)
         time.sleep(OUTAGE)
         server.start()
-        back_at = db_clock(dsn)
+        back_at = db_now(dsn)
 
         wait_until(
             lambda: all(journal.job(j)["state"] == "succeeded" for j in quick),

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.integration.store.helpers import new_job
-from tests.support.waiting import wait_until_async
+from tests.integration.store.helpers import new_job, reclaim
 from tests.support.workers import REPO_ROOT
 
 from tenure._cli import main
-from tenure._store import ClaimedJob, Store
+from tenure._store import Store
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -31,14 +30,8 @@ async def _reclaimed(store: Store) -> tuple[int, int, int]:
     """A job reclaimed from w1 by w2 (short lease, database clock): id, old and new token."""
     job = await store.enqueue(new_job("reclaimed"))
     [first] = await store.claim("w1", {"t": 100}, 1)
-    second: list[ClaimedJob] = []
-
-    async def reclaimed() -> bool:
-        second.extend(await store.claim("w2", {"t": 60_000}, 1))
-        return bool(second)
-
-    await wait_until_async(reclaimed, message="the 100 ms lease never expired")
-    return job.id, first.token, second[0].token
+    second = await reclaim(store, "w2", {"t": 60_000})
+    return job.id, first.token, second.token
 
 
 async def test_jobs_list_and_show_tell_who_holds_what(
