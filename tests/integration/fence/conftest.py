@@ -1,13 +1,11 @@
-"""Fixtures for the receiver kit: its tables in the run's database, and real receivers."""
+"""Fixtures for the receiver kit: its tables in the run's database (receiver processes:
+tests/system/fence/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import psycopg
 import pytest
-from tests.integration.fence.helpers import EFFECTS_DDL, Receivers
+from tests.integration.fence.helpers import EFFECTS_DDL
 
 from tenure.fence import migrate_fence
 
@@ -19,11 +17,3 @@ def fence_dsn(database_dsn: str) -> str:
     with psycopg.connect(database_dsn) as conn:
         conn.execute(EFFECTS_DDL)
     return database_dsn
-
-
-@pytest.fixture
-def receivers(fence_dsn: str, tmp_path: Path) -> Iterator[Receivers]:
-    """Starts example receivers on demand; stops every one still running at the end."""
-    pool = Receivers(fence_dsn, tmp_path)
-    yield pool
-    pool.stop_all()

@@ -1,24 +1,10 @@
-"""Fixtures for the maintenance tests: a store, worker processes of maintenance_app, a clock."""
+"""Fixtures for the maintenance tests: a store, a shifted scheduler clock, plain reads."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import psycopg
-import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tests.integration.store.conftest import store as store  # a Store on this test's schema
-from tests.support.workers import WorkerGroup
-
-APP = "tests.integration.maintenance.maintenance_app:app"
-
-
-@pytest.fixture
-def workers(tenure_dsn: str, tmp_path: Path) -> Iterator[WorkerGroup]:
-    """Worker processes running maintenance_app on this test's schema, all gone afterwards."""
-    with WorkerGroup(tenure_dsn, tmp_path, app=APP) as group:
-        yield group
 
 
 def shifted(dsn: str, seconds: float) -> str:

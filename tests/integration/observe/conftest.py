@@ -1,25 +1,17 @@
-"""Fixtures for the observability tests: workers of the observe app, a producer, the journal."""
+"""Fixtures for the observability tests: a producer, the journal, a store."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 from tests.integration.observe.observe_app import build_app
-from tests.support.workers import Journal, WorkerGroup, closing_app
+from tests.support.workers import Journal, closing_app
 
 from tenure import App
 from tenure._store import Store
 
 JOURNAL_KEY = "observe-tests-journal-key"
-APP = "tests.integration.observe.observe_app:app"
-
-
-@pytest.fixture
-def workers(tenure_dsn: str, tmp_path: Path) -> Iterator[WorkerGroup]:
-    with WorkerGroup(tenure_dsn, tmp_path, app=APP) as group:
-        yield group
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 # The observability tests' fixtures: workers of the observe app, a producer, the journal.
-from tests.integration.observe.conftest import journal, ops, workers  # noqa: F401
+from tests.integration.observe.conftest import journal, ops  # noqa: F401
+from tests.system.observe.conftest import workers  # noqa: F401
 
 CHROMIUM = "/usr/bin/chromium"
 REBIND_HOST = "rebind.test"  # an attacker's name that resolves to 127.0.0.1

@@ -5,9 +5,9 @@ trace with the links the README draws, and hold no payload, result or error text
 from __future__ import annotations
 
 from tests.apps.otel_app import ERROR_MARK, PAYLOAD_MARK, RESULT_MARK
-from tests.integration.otel.conftest import Stage, TracedWorkers
 from tests.integration.otel.spans import Seen, Traced, leaks, named, one
 from tests.support.waiting import wait_until
+from tests.system.otel.conftest import Stage, TracedWorkers
 
 MARKS = (PAYLOAD_MARK, RESULT_MARK, ERROR_MARK)
 
