@@ -1,11 +1,11 @@
 -- tenure's schema as it stands after every migration, in one file, for reading.
 --
--- As of migration: 0010_trace_context
+-- As of migration: 0011_workers
 --
 -- Nothing applies this file: `tenure migrate` runs migrations/*.sql in order, and that is
 -- the only way tenure's tables are made. This file is what those migrations add up to,
 -- written out once in dependency order with a short note on why each thing is there (the
--- migration that made it, 0001-0010, says more). Statements that migrations later replaced
+-- migration that made it, 0001-0011, says more). Statements that migrations later replaced
 -- are shown only in their current form: tenure_admit (0004, replaced in 0005), the claim
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
 -- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
@@ -196,6 +196,10 @@ CREATE INDEX tenure_jobs_lease_until ON tenure_jobs (lease_until);
 -- queued count (its quota).
 CREATE INDEX tenure_jobs_tenant_queued ON tenure_jobs (tenant, position)
     WHERE state = 'queued';
+
+-- (0011) Jobs enqueued per minute for the queue charts: a range scan over the window.
+-- created_at never changes, so it costs updates nothing (they stay HOT-eligible).
+CREATE INDEX tenure_jobs_created ON tenure_jobs (created_at);
 
 -- Idempotency keys belong to their tenant: two tenants may use the same key for different
 -- calls and never see each other's job. Pipeline stages keep their keys in tenant ''.
@@ -536,3 +540,27 @@ CREATE TABLE tenure_secrets (
 );
 INSERT INTO tenure_secrets (name, value)
 VALUES ('waitpoint', replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''));
+
+
+-- == Workers =================================================================================
+
+-- (0011) One row per worker process: registered at start, kept alive by its heartbeat thread
+-- (folded into the lease extension, or one statement per keep-alive period when it holds
+-- none), stamped `stopped_at` by a clean shutdown, deleted by the worker pruner once not seen
+-- for its horizon. Readers call a worker silent after three of its own keep-alive periods
+-- unseen. Leases held are counted from tenure_jobs (owner, state 'running'), not stored.
+CREATE TABLE tenure_workers (
+    name          text        PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 200),
+    host          text        NOT NULL CHECK (length(host) <= 255),
+    pid           integer     NOT NULL CHECK (pid >= 0),
+    version       text        NOT NULL CHECK (length(version) <= 64),
+    tools         text[]      NOT NULL CHECK (cardinality(tools) <= 10000),
+    concurrency   integer     NOT NULL CHECK (concurrency BETWEEN 1 AND 10000),
+    keepalive_ms  integer     NOT NULL CHECK (keepalive_ms BETWEEN 100 AND 3600000),
+    started_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    last_seen_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    stopped_at    timestamptz
+);
+
+-- The worker pruner's walk of rows not seen since its horizon.
+CREATE INDEX tenure_workers_last_seen ON tenure_workers (last_seen_at);

@@ -1,0 +1,30 @@
+-- tenure 0011: the workers registry, and the index the queue charts read enqueues by.
+--
+-- Each worker process registers itself at start (its name is the key: a restarted worker
+-- with the same name takes its row over) and its heartbeat thread keeps `last_seen_at`
+-- fresh: folded into the batched lease extension while it holds leases, else one cheap
+-- statement every `keepalive_ms`. Readers call a worker silent once it has not been seen
+-- for three of its own keep-alive periods, so no reader needs to know how each worker was
+-- configured. A clean shutdown stamps `stopped_at`. The leases a worker holds are not
+-- stored here: they are counted from tenure_jobs (owner, state 'running'), the one truth.
+-- The worker pruner deletes rows not seen for longer than its horizon.
+CREATE TABLE tenure_workers (
+    name          text        PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 200),
+    host          text        NOT NULL CHECK (length(host) <= 255),
+    pid           integer     NOT NULL CHECK (pid >= 0),
+    version       text        NOT NULL CHECK (length(version) <= 64),
+    tools         text[]      NOT NULL CHECK (cardinality(tools) <= 10000),
+    concurrency   integer     NOT NULL CHECK (concurrency BETWEEN 1 AND 10000),
+    keepalive_ms  integer     NOT NULL CHECK (keepalive_ms BETWEEN 100 AND 3600000),
+    started_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    last_seen_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    stopped_at    timestamptz
+);
+
+-- The pruner walks rows not seen since its horizon, oldest first.
+CREATE INDEX tenure_workers_last_seen ON tenure_workers (last_seen_at);
+
+-- Jobs enqueued per minute (the dashboard's queue charts) without reading every job: a
+-- range scan over the window. created_at never changes after the insert, so updates of a
+-- job stay HOT-eligible; the cost is one index entry per enqueue.
+CREATE INDEX tenure_jobs_created ON tenure_jobs (created_at);
