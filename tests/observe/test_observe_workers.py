@@ -21,6 +21,7 @@ from tests.support.workers import REPO_ROOT, WorkerGroup
 
 from tenure import App, WorkerPrunerConfig
 from tenure._maintenance._worker_pruner import WorkerPruner
+from tenure._observe._metrics import DatabaseGauges, ToolLabels
 from tenure._store import Store
 from tenure.telemetry import WorkerInfo
 
@@ -68,8 +69,10 @@ def test_a_worker_registers_keeps_alive_while_idle_and_stops_cleanly(
     wait_row(
         ops,
         "idle",
-        lambda w: (w["last_seen_at"] - first["last_seen_at"]).total_seconds() >= 1.0
-        and w["status"] == "alive",
+        lambda w: (
+            (w["last_seen_at"] - first["last_seen_at"]).total_seconds() >= 1.0
+            and w["status"] == "alive"
+        ),
         "last_seen_at never moved while idle",
     )
     worker.terminate()
@@ -116,6 +119,7 @@ async def test_a_killed_worker_goes_silent_with_what_it_held_and_is_pruned(
         lambda: _status(ops, "victim", "silent"), timeout=15, message="never went silent"
     )
     assert (await _row(ops, "victim"))["leases_held"] == 1
+    assert await _gauges(store) == {"alive": 0, "silent": 1, "stopped": 0}
     await wait_until_async(
         lambda: _expired(ops, "victim"), timeout=15, message="its lease never showed expired"
     )
@@ -135,6 +139,14 @@ async def test_a_killed_worker_goes_silent_with_what_it_held_and_is_pruned(
 
     await wait_until_async(pruned, timeout=20, interval=0.2, message="victim never pruned")
     assert (await _row(ops, "survivor"))["status"] == "alive"  # seen every 0.2 s: kept
+
+
+async def _gauges(store: Store) -> dict[str, float]:
+    """tenure_workers{status} as a scrape reads it."""
+    gauges = DatabaseGauges(ToolLabels())
+    await gauges.refresh(store)
+    [family] = [f for f in gauges.collect() if f.name == "tenure_workers"]
+    return {sample.labels["status"]: sample.value for sample in family.samples}
 
 
 async def _expired(app: App, name: str) -> bool:

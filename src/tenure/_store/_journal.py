@@ -120,9 +120,7 @@ class JournalStatements(StoreBase):
         )
         return cast(list[QueueFlow], rows)
 
-    async def queue_arrivals(
-        self, window_ms: int, bucket_ms: int, cap: int
-    ) -> list[QueueArrivals]:
+    async def queue_arrivals(self, window_ms: int, bucket_ms: int, cap: int) -> list[QueueArrivals]:
         rows = await self._fetch(
             "queue_arrivals", {"window_ms": window_ms, "bucket_ms": bucket_ms, "cap": cap}
         )

@@ -25,9 +25,7 @@ class WorkerStatements(StoreBase):
         """Delete one batch of rows not seen for ``horizon_ms``; returns how many."""
         async with self._pool.connection() as conn, conn.transaction():
             await rows_of(conn, "set_local_timeout", {"ms": timeout_ms})
-            rows = await rows_of(
-                conn, "prune_workers", {"horizon_ms": horizon_ms, "limit": limit}
-            )
+            rows = await rows_of(conn, "prune_workers", {"horizon_ms": horizon_ms, "limit": limit})
         return int(rows[0]["n"])
 
     async def list_workers(self, limit: int, cap: int) -> list[WorkerInfo]:
