@@ -219,9 +219,9 @@ ORDER BY t.relname, i.relname
 -- The queue charts' journal side: per tool and bucket over the window, jobs that started
 -- running (claims), were reclaimed (claims that took over an expired lease), succeeded or
 -- failed. Read newest first through tenure_events_at, at most `cap` rows; `capped` says the
--- oldest buckets may be short.
+-- oldest buckets may be short. Buckets are aligned in UTC, whatever the session's TimeZone.
 SELECT tool,
-       date_bin(%(bucket_ms)s * interval '1 millisecond', at, timestamptz '2000-01-01') AS bucket,
+       date_bin(%(bucket_ms)s * interval '1 millisecond', at, timestamptz '2000-01-01 00:00+00') AS bucket,
        count(*) FILTER (WHERE kind = 'job_claimed') AS running,
        count(*) FILTER (WHERE kind = 'job_claimed' AND detail ? 'previous_token') AS reclaimed,
        count(*) FILTER (WHERE kind = 'succeeded') AS succeeded,
@@ -243,7 +243,7 @@ ORDER BY bucket
 -- most `cap` rows. Jobs already pruned are not counted.
 SELECT tool,
        date_bin(%(bucket_ms)s * interval '1 millisecond', created_at,
-                timestamptz '2000-01-01') AS bucket,
+                timestamptz '2000-01-01 00:00+00') AS bucket,
        count(*) AS queued,
        sum(count(*)) OVER () >= %(cap)s AS capped
 FROM (
