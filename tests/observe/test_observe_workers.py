@@ -10,16 +10,14 @@ clock, from each worker's own keep-alive period.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
+from tests.support.cli import run_tenure
 from tests.support.waiting import wait_until, wait_until_async
-from tests.support.workers import REPO_ROOT, WorkerGroup
+from tests.support.workers import WorkerGroup
 
-from tenure import App, WorkerPrunerConfig
+from tenure import App, PolicyError, WorkerPrunerConfig
 from tenure._maintenance._worker_pruner import WorkerPruner
 from tenure._observe._metrics import DatabaseGauges, ToolLabels
 from tenure._store import Store
@@ -182,25 +180,16 @@ def test_a_paused_worker_is_silent_then_alive_again(workers: WorkerGroup, ops: A
 
 
 def test_tenure_workers_prints_a_table_and_json_lines(
-    workers: WorkerGroup, ops: App, tenure_dsn: str, tmp_path: Path
+    workers: WorkerGroup, ops: App, tenure_dsn: str
 ) -> None:
     worker = workers.spawn("listed", env=FAST)
     worker.wait_started()
     wait_row(ops, "listed", lambda w: w["status"] == "alive", "never registered")
-    env = {"TENURE_DSN": tenure_dsn, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
 
     def run(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "tenure", "workers", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=REPO_ROOT,
-            timeout=60,
-            check=False,
-        )
+        done = run_tenure(["workers", *args], dsn=tenure_dsn)
         assert done.returncode == 0, done.stderr
-        return done.stdout
+        return done.stdout.decode()
 
     table = run()
     assert "1 workers, 1 alive" in table
@@ -212,3 +201,27 @@ def test_tenure_workers_prints_a_table_and_json_lines(
     assert record["pid"] == worker.pid
     assert record["leases_held"] == 0
     assert set(OBSERVE_TOOLS) <= set(record["tools"])
+    refused = run_tenure(["workers", "--limit", "0"], dsn=tenure_dsn)
+    assert refused.returncode == 2  # a bad argument, refused before anything runs
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"horizon": 0.0}, "horizon=0.0"),
+        ({"horizon": 10 * 365 * 86400.0}, "horizon="),
+        ({"batch": 10.0}, "batch must be an integer"),
+        ({"interval": float("nan")}, "interval=nan"),
+    ],
+)
+def test_the_worker_pruner_refuses_settings_out_of_range(
+    options: dict[str, float], message: str
+) -> None:
+    with pytest.raises(PolicyError, match=message):
+        WorkerPrunerConfig(**options)  # type: ignore[arg-type]
+
+
+def test_a_worker_refuses_a_keepalive_out_of_range(ops: App) -> None:
+    for bad in (0.0, 0.01, 7200.0, True):
+        with pytest.raises(PolicyError, match="keepalive"):
+            ops.worker(keepalive=bad)

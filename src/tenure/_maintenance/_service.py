@@ -38,6 +38,24 @@ def check_ranges(service: str, checks: tuple[Range, ...], optional: str = "") ->
             raise PolicyError(f"{service} {name}={value!r} is outside [{low:g}, {high:g}]")
 
 
+def check_sweeps(
+    service: str, interval: float, batch: int, statement_timeout: float, *more: Range
+) -> None:
+    """The settings of a service that deletes in bounded batches (the job and worker
+    pruners), plus ``more`` of its own: each in range, the batch a whole number."""
+    check_ranges(
+        service,
+        (
+            *more,
+            ("interval", interval, 0.05, 86400.0),
+            ("batch", batch, 1, 100_000),
+            ("statement_timeout", statement_timeout, 0.1, 600.0),
+        ),
+    )
+    if isinstance(batch, float):
+        raise PolicyError(f"{service} batch must be an integer, got {batch!r}")
+
+
 class Service:
     """Base of a background service: subclasses define `run_once` and `pause`.
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from .._errors import PolicyError
 from .._log import log_event
 from .._store import Store
-from ._service import Service, check_ranges
+from ._service import Service, check_sweeps
 
 logger = logging.getLogger("tenure.worker_pruner")
 
@@ -38,17 +37,13 @@ class WorkerPrunerConfig:
     statement_timeout: float = 10.0
 
     def __post_init__(self) -> None:
-        check_ranges(
+        check_sweeps(
             "worker pruner",
-            (
-                ("horizon", self.horizon, 0.1, 365 * DAY),
-                ("interval", self.interval, 0.05, DAY),
-                ("batch", self.batch, 1, 100_000),
-                ("statement_timeout", self.statement_timeout, 0.1, 600.0),
-            ),
+            self.interval,
+            self.batch,
+            self.statement_timeout,
+            ("horizon", self.horizon, 0.1, 365 * DAY),
         )
-        if isinstance(self.batch, float):
-            raise PolicyError(f"worker pruner batch must be an integer, got {self.batch!r}")
 
 
 class WorkerPruner(Service):
