@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Self
 
@@ -54,6 +55,18 @@ def check_sweeps(
     )
     if isinstance(batch, float):
         raise PolicyError(f"{service} batch must be an integer, got {batch!r}")
+
+
+async def sweep(delete_batch: Callable[[], Awaitable[int]], batch: int, most: int) -> int:
+    """Delete batch after batch until one comes back short (or ``most`` batches: the
+    rest waits for the next sweep); how many rows in all."""
+    deleted = 0
+    for _ in range(most):
+        n = await delete_batch()
+        deleted += n
+        if n < batch:
+            break
+    return deleted
 
 
 class Service:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from .._log import log_event
 from .._store import Store
-from ._service import Service, check_sweeps
+from ._service import Service, check_sweeps, sweep
 
 logger = logging.getLogger("tenure.worker_pruner")
 
@@ -63,16 +63,13 @@ class WorkerPruner(Service):
 
     async def run_once(self) -> int:
         """One sweep: batches until one comes back short; returns how many rows it deleted."""
-        deleted = 0
-        for _ in range(MAX_BATCHES):
-            n = await self._store.prune_workers(
-                round(self.config.horizon * 1000),
-                self.config.batch,
-                round(self.config.statement_timeout * 1000),
-            )
-            deleted += n
-            if n < self.config.batch:
-                break
+        horizon_ms = round(self.config.horizon * 1000)
+        timeout_ms = round(self.config.statement_timeout * 1000)
+        deleted = await sweep(
+            lambda: self._store.prune_workers(horizon_ms, self.config.batch, timeout_ms),
+            self.config.batch,
+            MAX_BATCHES,
+        )
         if deleted:
             log_event(logger, "workers_pruned", rows=deleted, horizon=self.config.horizon)
         return deleted

@@ -21,7 +21,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -268,13 +268,8 @@ class Worker:
             async with asyncio.timeout(UNREGISTER_TIMEOUT):  # a dead server must not hold it up
                 await store.stop_worker(self.name, os.getpid())
         except (psycopg.Error, OSError, TimeoutError) as exc:
-            log_event(
-                logger,
-                "worker_unregister_failed",
-                worker=self.name,
-                level=logging.WARNING,
-                error=type(exc).__name__,
-            )
+            failure: dict[str, Any] = {"error": type(exc).__name__, "level": logging.WARNING}
+            log_event(logger, "worker_unregister_failed", worker=self.name, **failure)
 
     def _log_stopped(self) -> None:
         log_event(
