@@ -225,3 +225,9 @@ def test_a_worker_refuses_a_keepalive_out_of_range(ops: App) -> None:
     for bad in (0.0, 0.01, 7200.0, True):
         with pytest.raises(PolicyError, match="keepalive"):
             ops.worker(keepalive=bad)
+
+
+def test_a_worker_refuses_a_name_the_registry_cannot_hold(ops: App) -> None:
+    for bad in ("", "x" * 201, "tab\there"):
+        with pytest.raises(PolicyError, match="worker's name"):
+            ops.worker(name=bad)

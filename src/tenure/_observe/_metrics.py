@@ -50,7 +50,6 @@ LEASE_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 300)
 # after 10 s (the completer's COMMIT_TIMEOUT).
 COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
 QUEUE_CAP = 100_000
-WORKERS_CAP = 10_000  # registry rows read per scrape
 WORKER_STATUSES = ("alive", "silent", "stopped")
 # How long a scrape waits for the database: half of Prometheus's default scrape_timeout
 # (10 s), so a database that does not answer is reported as tenure_database_up 0.
@@ -349,8 +348,7 @@ class DatabaseGauges(Collector):
             queue = await store.queue_depth(self._cap)
             running = await store.running_summary(self._cap)
             waiting = await store.waiting_summary(self._cap)
-            registry = await store.list_workers(WORKERS_CAP, self._cap)
-            statuses: list[str] = [w["status"] for w in registry]
+            statuses = await store.count_workers()
             fresh: list[JournalCount] = []
             if self._journal_counts:
                 if self._after is None:
@@ -362,7 +360,7 @@ class DatabaseGauges(Collector):
             return
         with self._lock:
             self._up, self._queue, self._running, self._waiting = True, queue, running, waiting
-            self._workers = {status: statuses.count(status) for status in WORKER_STATUSES}
+            self._workers = {status: statuses.get(status, 0) for status in WORKER_STATUSES}
             for row in fresh:
                 key = (str(row["kind"]), str(row["tool"] or ""))
                 self._journal[key] = self._journal.get(key, 0) + int(row["n"])

@@ -33,3 +33,7 @@ class WorkerStatements(StoreBase):
         most ``cap`` running jobs)."""
         rows = await self._fetch("list_workers", {"limit": limit, "cap": cap})
         return cast(list[WorkerInfo], rows)
+
+    async def count_workers(self) -> dict[str, int]:
+        """Registered workers by status (alive, silent, stopped)."""
+        return {row["status"]: int(row["n"]) for row in await self._fetch("count_workers", {})}

@@ -562,5 +562,17 @@ CREATE TABLE tenure_workers (
     stopped_at    timestamptz
 );
 
+-- A worker's status on the database's clock, the one definition every reader uses: stopped
+-- after a clean shutdown, silent once unseen for three of its own keep-alive periods, else
+-- alive. VOLATILE: it reads clock_timestamp().
+CREATE FUNCTION tenure_worker_status(p_stopped_at timestamptz, p_last_seen_at timestamptz,
+                                     p_keepalive_ms integer) RETURNS text
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN p_stopped_at IS NOT NULL THEN 'stopped'
+                WHEN clock_timestamp() - p_last_seen_at
+                     > 3 * p_keepalive_ms * interval '1 millisecond' THEN 'silent'
+                ELSE 'alive' END
+$$;
+
 -- The worker pruner's walk of rows not seen since its horizon.
 CREATE INDEX tenure_workers_last_seen ON tenure_workers (last_seen_at);

@@ -64,6 +64,7 @@ EXPIRY_SLACK = 0.005  # wake this long after a foreign lease's end, so it has su
 KEEPALIVE = 5.0  # seconds between the registry's keep-alives when no extension carried one
 KEEPALIVE_RANGE = (0.1, 3600.0)
 UNREGISTER_TIMEOUT = 2.0
+MAX_NAME = 200  # the journal's and the workers registry's bound
 
 
 async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
@@ -136,6 +137,12 @@ class Worker:
             raise PolicyError(f"keepalive={keepalive!r} is outside [{low:g}, {high:g}] s")
         if metrics_port is not None and not 0 <= metrics_port <= 65535:
             raise PolicyError(f"metrics_port={metrics_port} is outside [0, 65535]")
+        if name is not None and not (
+            isinstance(name, str) and 1 <= len(name) <= MAX_NAME and name.isprintable()
+        ):
+            raise PolicyError(
+                f"a worker's name must be 1 to {MAX_NAME} printable characters, got {name!r:.60}"
+            )
         self.app = app
         self.name = name or default_worker_name()
         self.concurrency = concurrency

@@ -44,9 +44,8 @@ WITH old AS (
 SELECT count(*) AS n FROM deleted
 
 -- name: list_workers
--- Every registered worker with its status and the leases it holds. Status is derived on the
--- database's clock: stopped (a clean shutdown), silent (not seen for three of its own
--- keep-alive periods), else alive. Leases are counted from tenure_jobs through
+-- Every registered worker with its status (tenure_worker_status, migration 0011) and the
+-- leases it holds. Leases are counted from tenure_jobs through
 -- tenure_jobs_lease_until (lease_until is NULL outside 'running'), at most `cap` of them:
 -- `held` is every running job the worker owns, `expired` those whose lease has run out and
 -- that nobody has reclaimed yet (what a dead worker left behind).
@@ -62,12 +61,16 @@ SELECT w.name, w.host, w.pid, w.version, w.tools, w.concurrency, w.keepalive_ms,
        w.started_at, w.last_seen_at, w.stopped_at,
        coalesce(l.held, 0)::integer AS leases_held,
        coalesce(l.expired, 0)::integer AS leases_expired,
-       CASE WHEN w.stopped_at IS NOT NULL THEN 'stopped'
-            WHEN clock_timestamp() - w.last_seen_at
-                 > 3 * w.keepalive_ms * interval '1 millisecond' THEN 'silent'
-            ELSE 'alive' END AS status,
+       tenure_worker_status(w.stopped_at, w.last_seen_at, w.keepalive_ms) AS status,
        extract(epoch FROM clock_timestamp() - w.last_seen_at)::float8 AS seen_ago
 FROM tenure_workers w
 LEFT JOIN leases l ON l.owner = w.name
 ORDER BY w.stopped_at IS NOT NULL, w.last_seen_at DESC, w.name
 LIMIT %(limit)s
+
+-- name: count_workers
+-- Registered workers by status, for tenure_workers{status} at every scrape: the registry
+-- alone (it is small), without counting leases.
+SELECT tenure_worker_status(stopped_at, last_seen_at, keepalive_ms) AS status, count(*) AS n
+FROM tenure_workers
+GROUP BY 1
