@@ -172,3 +172,21 @@ def test_nothing_queued_says_so(tenure_dsn: str, board: str) -> None:
         assert "no jobs in the last 1h" in page.text
         empty = client.get("/api/queues").json()
         assert empty["tools"] == [] and len(empty["buckets"]) == 60
+
+
+def test_the_new_pages_and_their_api_need_the_token_when_there_is_one(tenure_dsn: str) -> None:
+    token = "queues-test-token-0123456789"
+    server = ServerThread(create_dashboard(tenure_dsn, access_token=token), "127.0.0.1", 0)
+    url = server.start()
+    try:
+        with httpx.Client(base_url=url, timeout=10) as client:
+            for path in ("/api/workers", "/api/queues"):
+                assert client.get(path).status_code == 401
+                bearer = {"Authorization": f"Bearer {token}"}
+                assert client.get(path, headers=bearer).status_code == 200
+            for path in ("/workers", "/queues?window=1d"):
+                page = client.get(path)
+                assert page.status_code == 303
+                assert page.headers["location"].startswith("/login?next=")
+    finally:
+        server.stop()
