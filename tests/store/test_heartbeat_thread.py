@@ -142,8 +142,8 @@ async def test_the_keepalive_rides_on_the_extension_and_goes_alone_only_when_idl
     store: Store, tenure_dsn: str
 ) -> None:
     """Idle, the thread stamps the worker's registry row once per keep-alive period;
-    holding a lease beaten more often than that (0.4 s < 0.6 s), it sends extensions only (each stamps
-    the row), never a keep-alive of its own."""
+    holding a lease beaten more often than that (0.4 s < 0.6 s), it sends extensions only
+    (each stamps the row), never a keep-alive of its own."""
     registration = WorkerRegistration(
         name="w", host="h", pid=1, version="t", tools=("t",), concurrency=1, keepalive_ms=600
     )
