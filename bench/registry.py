@@ -109,12 +109,13 @@ def main() -> None:
             for _ in range(args.beats):
                 folded.append(beat(conn, FOLDED, params))
                 unfolded.append(beat(conn, UNFOLDED, params))
-        f, u = statistics.median(folded), statistics.median(unfolded)
-        print(
-            f"extend_leases, {args.leases} leases, median of {args.beats}: "
-            f"with keep-alive {f * 1000:.2f} ms, without {u * 1000:.2f} ms "
-            f"(+{(f - u) * 1e6:.0f} µs per beat)"
-        )
+        for name, pick in (("median", statistics.median), ("fastest", min)):
+            f, u = pick(folded), pick(unfolded)
+            print(
+                f"extend_leases, {args.leases} leases, {name} of {args.beats}: "
+                f"with keep-alive {f * 1000:.2f} ms, without {u * 1000:.2f} ms "
+                f"({(f - u) * 1e6:+.0f} µs per beat)"
+            )
 
         with_index: list[float] = []
         without: list[float] = []

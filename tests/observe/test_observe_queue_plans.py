@@ -42,22 +42,27 @@ def fill(dsn: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("statement", "params", "index", "table"),
+    ("statement", "params", "indexes", "table"),
     [
         ("queue_arrivals", {"window_ms": 3_600_000, "bucket_ms": 60_000, "cap": 200_000},
-         "tenure_jobs_created", "tenure_jobs"),
+         {"tenure_jobs_created", "tenure_jobs_lease_until"}, "tenure_jobs"),
         ("queue_arrivals", {"window_ms": 86_400_000, "bucket_ms": 600_000, "cap": 200_000},
-         "tenure_jobs_created", "tenure_jobs"),
+         {"tenure_jobs_created", "tenure_jobs_lease_until"}, "tenure_jobs"),
         ("queue_flow", {"window_ms": 3_600_000, "bucket_ms": 60_000, "cap": 200_000},
-         "tenure_events_at", "tenure_events"),
+         {"tenure_events_at"}, "tenure_events"),
         ("list_workers", {"limit": 1000, "cap": 100_000},
-         "tenure_jobs_lease_until", "tenure_jobs"),
+         {"tenure_jobs_lease_until"}, "tenure_jobs"),
     ],
 )  # fmt: skip
 async def test_the_pages_statements_use_their_indexes(
-    store: Store, tenure_dsn: str, statement: str, params: dict[str, int], index: str, table: str
+    store: Store,
+    tenure_dsn: str,
+    statement: str,
+    params: dict[str, int],
+    indexes: set[str],
+    table: str,
 ) -> None:
     fill(tenure_dsn)
     used, scanned = query_plan_scans(await store.explain(statement, params))
-    assert index in used, (statement, used)
+    assert indexes <= used, (statement, used)
     assert table not in scanned, (statement, scanned)

@@ -239,18 +239,26 @@ ORDER BY bucket
 
 -- name: queue_arrivals
 -- The queue charts' enqueue side: jobs created per tool and bucket over the window (enqueues
--- are not journaled), read newest first through tenure_jobs_created (migration 0011), at
--- most `cap` rows. Jobs already pruned are not counted.
+-- are not journaled). Jobs not running are read newest first through tenure_jobs_created
+-- (its predicate repeated, so the planner can prove it applies), running ones through
+-- tenure_jobs_lease_until (lease_until is NULL outside 'running'); at most `cap` rows each.
+-- Jobs already pruned are not counted.
 SELECT tool,
        date_bin(%(bucket_ms)s * interval '1 millisecond', created_at,
                 timestamptz '2000-01-01 00:00+00') AS bucket,
        count(*) AS queued,
        sum(count(*)) OVER () >= %(cap)s AS capped
 FROM (
-    SELECT tool, created_at FROM tenure_jobs
-    WHERE created_at >= (SELECT clock_timestamp()) - %(window_ms)s * interval '1 millisecond'
-    ORDER BY created_at DESC
-    LIMIT %(cap)s
+    (SELECT tool, created_at FROM tenure_jobs
+     WHERE state <> 'running' AND created_at > '-infinity'
+       AND created_at >= (SELECT clock_timestamp()) - %(window_ms)s * interval '1 millisecond'
+     ORDER BY created_at DESC
+     LIMIT %(cap)s)
+    UNION ALL
+    (SELECT tool, created_at FROM tenure_jobs
+     WHERE lease_until > '-infinity' AND state = 'running'
+       AND created_at >= (SELECT clock_timestamp()) - %(window_ms)s * interval '1 millisecond'
+     LIMIT %(cap)s)
 ) AS recent
 GROUP BY tool, bucket
 ORDER BY bucket
