@@ -222,7 +222,7 @@ def test_the_worker_pruner_refuses_settings_out_of_range(
 
 
 def test_a_worker_refuses_a_keepalive_out_of_range(ops: App) -> None:
-    for bad in (0.0, 0.01, 7200.0, True):
+    for bad in (0.0, 0.01, 7200.0, True, float("nan"), "5"):
         with pytest.raises(PolicyError, match="keepalive"):
             ops.worker(keepalive=bad)
 

@@ -133,7 +133,11 @@ class Worker:
         if not app.tools:
             raise PolicyError("the app has no registered tools; a worker would have nothing to do")
         low, high = KEEPALIVE_RANGE
-        if isinstance(keepalive, bool) or not low <= keepalive <= high:
+        if (
+            isinstance(keepalive, bool)
+            or not isinstance(keepalive, int | float)
+            or not low <= keepalive <= high
+        ):
             raise PolicyError(f"keepalive={keepalive!r} is outside [{low:g}, {high:g}] s")
         if metrics_port is not None and not 0 <= metrics_port <= 65535:
             raise PolicyError(f"metrics_port={metrics_port} is outside [0, 65535]")
