@@ -59,7 +59,9 @@ def page(title: str, body: str, *, poll: str, interval: float, csrf: str | None)
 <script src="/static/dashboard.js" defer></script>
 </head>
 <body data-poll="{h(poll)}" data-interval="{interval:g}">
-<header><a href="/" class="brand">tenure</a><span class="title">{h(title)}</span>
+<header><a href="/" class="brand">tenure</a>
+<nav><a href="/workers">workers</a><a href="/queues">queues</a></nav>
+<span class="title">{h(title)}</span>
 <span class="status" id="status">live</span>{logout}</header>
 <main>{body}</main>
 </body>

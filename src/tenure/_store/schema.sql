@@ -1,11 +1,11 @@
 -- tenure's schema as it stands after every migration, in one file, for reading.
 --
--- As of migration: 0010_trace_context
+-- As of migration: 0011_workers
 --
 -- Nothing applies this file: `tenure migrate` runs migrations/*.sql in order, and that is
 -- the only way tenure's tables are made. This file is what those migrations add up to,
 -- written out once in dependency order with a short note on why each thing is there (the
--- migration that made it, 0001-0010, says more). Statements that migrations later replaced
+-- migration that made it, 0001-0011, says more). Statements that migrations later replaced
 -- are shown only in their current form: tenure_admit (0004, replaced in 0005), the claim
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
 -- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
@@ -196,6 +196,13 @@ CREATE INDEX tenure_jobs_lease_until ON tenure_jobs (lease_until);
 -- queued count (its quota).
 CREATE INDEX tenure_jobs_tenant_queued ON tenure_jobs (tenant, position)
     WHERE state = 'queued';
+
+-- (0011) Jobs enqueued per minute for the queue charts: a range scan over the window. It
+-- holds no running job, so a claim and a heartbeat (non-HOT updates) add nothing to it;
+-- running jobs are counted through tenure_jobs_lease_until. `created_at > '-infinity'` keeps
+-- the planner from taking it for statements that only say `state <> 'running'`.
+CREATE INDEX tenure_jobs_created ON tenure_jobs (created_at, id)
+    WHERE state <> 'running' AND created_at > '-infinity';
 
 -- Idempotency keys belong to their tenant: two tenants may use the same key for different
 -- calls and never see each other's job. Pipeline stages keep their keys in tenant ''.
@@ -536,3 +543,39 @@ CREATE TABLE tenure_secrets (
 );
 INSERT INTO tenure_secrets (name, value)
 VALUES ('waitpoint', replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''));
+
+
+-- == Workers =================================================================================
+
+-- (0011) One row per worker process: registered at start, kept alive by its heartbeat thread
+-- (folded into the lease extension, or one statement per keep-alive period when it holds
+-- none), stamped `stopped_at` by a clean shutdown, deleted by the worker pruner once not seen
+-- for its horizon. Readers call a worker silent after three of its own keep-alive periods
+-- unseen. Leases held are counted from tenure_jobs (owner, state 'running'), not stored.
+CREATE TABLE tenure_workers (
+    name          text        PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 200),
+    host          text        NOT NULL CHECK (length(host) <= 255),
+    pid           integer     NOT NULL CHECK (pid >= 0),
+    version       text        NOT NULL CHECK (length(version) <= 64),
+    tools         text[]      NOT NULL CHECK (cardinality(tools) <= 10000),
+    concurrency   integer     NOT NULL CHECK (concurrency BETWEEN 1 AND 10000),
+    keepalive_ms  integer     NOT NULL CHECK (keepalive_ms BETWEEN 100 AND 3600000),
+    started_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    last_seen_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    stopped_at    timestamptz
+);
+
+-- A worker's status on the database's clock, the one definition every reader uses: stopped
+-- after a clean shutdown, silent once unseen for three of its own keep-alive periods, else
+-- alive. VOLATILE: it reads clock_timestamp().
+CREATE FUNCTION tenure_worker_status(p_stopped_at timestamptz, p_last_seen_at timestamptz,
+                                     p_keepalive_ms integer) RETURNS text
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN p_stopped_at IS NOT NULL THEN 'stopped'
+                WHEN clock_timestamp() - p_last_seen_at
+                     > 3 * p_keepalive_ms * interval '1 millisecond' THEN 'silent'
+                ELSE 'alive' END
+$$;
+
+-- The worker pruner's walk of rows not seen since its horizon.
+CREATE INDEX tenure_workers_last_seen ON tenure_workers (last_seen_at);

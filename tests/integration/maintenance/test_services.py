@@ -36,7 +36,7 @@ async def test_each_service_logs_a_failed_round_and_lives_on(
 ) -> None:
     services = worker_services(store, tenure_dsn)
     assert {type(s).__name__ for s in services} == {
-        "Rescuer", "Scheduler", "JobPruner", "StatisticsKeeper",
+        "Rescuer", "Scheduler", "JobPruner", "StatisticsKeeper", "WorkerPruner",
     }  # fmt: skip
     for service in services:
         real = service.run_once

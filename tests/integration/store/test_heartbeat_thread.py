@@ -10,11 +10,12 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 
 from tests.integration.store.helpers import new_job
 from tests.support.waiting import wait_until
 
-from tenure._store import ClaimedJob, Extension, Finish, Store
+from tenure._store import ClaimedJob, Extension, Finish, Store, WorkerRegistration
 from tenure._worker._heartbeat import HeartbeatThread, Held
 from tenure._worker._ownership import Ownership
 
@@ -136,3 +137,45 @@ async def test_a_beat_that_crosses_the_jobs_own_commit_reports_no_loss(
     assert ended == [(gone.id, "zero_rows")]
     lost = [e for e in await store.job_timeline(mine.id) if e["kind"] == "heartbeat_lost"]
     assert lost == []
+
+
+async def test_the_keepalive_rides_on_the_extension_and_goes_alone_only_when_idle(
+    store: Store, tenure_dsn: str
+) -> None:
+    """Idle, the thread stamps the worker's registry row once per keep-alive period;
+    holding a lease beaten more often than that (0.4 s < 0.6 s), it sends extensions only
+    (each stamps the row), never a keep-alive of its own."""
+    registration = WorkerRegistration(
+        name="w", host="h", pid=1, version="t", tools=("t",), concurrency=1, keepalive_ms=600
+    )
+    await store.register_worker(registration)
+    thread = HeartbeatThread(tenure_dsn, "w", registration)
+    touches: list[float] = []
+    touch = thread._conn.touch_worker
+
+    def counted(worker: WorkerRegistration, timeout: float) -> None:
+        touches.append(time.monotonic())
+        touch(worker, timeout)
+
+    thread._conn.touch_worker = counted  # type: ignore[method-assign]
+    recorded = Recorded(thread)
+
+    async def seen() -> datetime:
+        return next(w for w in await store.list_workers(10, 10) if w["name"] == "w")["last_seen_at"]
+
+    thread.start()
+    try:
+        before = await seen()
+        wait_until(lambda: len(touches) >= 2, timeout=10, message="no keep-alive while idle")
+        assert await seen() > before
+        await store.enqueue(new_job("kept"))
+        [job] = await store.claim("w", {"t": LEASE_MS}, 1)
+        thread.hold(held(job, time.monotonic()))
+        wait_until(lambda: len(recorded.snapshot()) >= 2, timeout=10, message="no extension")
+        idle_touches = len(touches)
+        stamped = await seen()
+        wait_until(lambda: len(recorded.snapshot()) >= 6, timeout=10, message="no more beats")
+        assert len(touches) <= idle_touches + 1  # at most one already due at the hold
+        assert await seen() > stamped  # the extensions kept the row alive
+    finally:
+        thread.stop()
