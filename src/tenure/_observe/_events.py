@@ -256,6 +256,12 @@ _SPECS = (
         "-",
         "an MCP call's job could not be read while waiting for it (error class)",
     ),
+    EventSpec(
+        "mcp_task_failed",
+        "MCP server (log)",
+        "-",
+        "an MCP tasks/* request could not be answered (step, error class)",
+    ),
     EventSpec("jobs_pruned", "job pruner (log)", "-", "finished jobs past retention were deleted"),
     EventSpec("job_prune_failed", "job pruner (log)", "-", "a job prune sweep failed"),
     EventSpec(
