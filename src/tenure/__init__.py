@@ -11,6 +11,7 @@ from ._errors import (
     ConfigError,
     Conflict,
     IdempotencyConflict,
+    InvalidSearch,
     JobAlreadyEnded,
     JobCancelled,
     JobFailed,
@@ -42,6 +43,7 @@ from ._maintenance._scheduler import Schedule, SchedulerConfig
 from ._maintenance._statistics import StatisticsConfig
 from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
 from ._policy import LeasePolicy, RetryPolicy, ToolPolicy
+from ._search import JobPage
 from ._waitpoint import Waitpoint
 from ._worker._worker import Worker
 
@@ -54,11 +56,13 @@ __all__ = [
     "Context",
     "Enqueued",
     "IdempotencyConflict",
+    "InvalidSearch",
     "Job",
     "JobAlreadyEnded",
     "JobCancelled",
     "JobFailed",
     "JobNotFound",
+    "JobPage",
     "JobPrunerConfig",
     "JournalPrunerConfig",
     "LeaseLost",

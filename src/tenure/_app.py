@@ -55,6 +55,7 @@ from ._registry import (
     check_tenant,
     make_spec,
 )
+from ._search import JobPage, job_search, page_of
 from ._signature import load_result
 from ._store import (
     CONNECT_OPTIONS,
@@ -649,6 +650,38 @@ class App:
             state=state, tool=tool, tenant=tenant, limit=max(1, min(limit, 10_000))
         )
 
+    async def search_jobs(
+        self,
+        *,
+        job_id: int | None = None,
+        key: str | None = None,
+        state: str | None = None,
+        tool: str | None = None,
+        tenant: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> JobPage:
+        """One page of jobs, newest first (by created_at, then id), every filter optional:
+        by id, by idempotency ``key`` (of ``tenant``, '' if not given), ``state``, ``tool``,
+        ``tenant``, created in [``since``, ``until``). Pass the page's ``next_cursor`` as
+        ``cursor`` for the next page: a keyset cursor, as fast a thousand pages deep as on
+        the first. Rows carry no payload, result or error message. InvalidSearch on a bad
+        filter or cursor, before anything is read."""
+        search = job_search(
+            job_id=job_id,
+            key=key,
+            state=state,
+            tool=tool,
+            tenant=tenant,
+            since=since,
+            until=until,
+            cursor=cursor,
+            limit=limit,
+        )
+        return page_of(await (await self._store()).search_jobs(search), search)
+
     async def events(self, job_id: int) -> list[JournalEntry]:
         """The job's journal: claims, losses, rejections and outcomes, oldest first (its
         first 1,000 entries)."""
@@ -976,6 +1009,7 @@ class App:
     enqueue_many_sync = _blocking(enqueue_many)
     get_sync = _blocking(get)
     list_jobs_sync = _blocking(list_jobs)
+    search_jobs_sync = _blocking(search_jobs)
     events_sync = _blocking(events)
     cancel_sync = _blocking(cancel)
     complete_waitpoint_sync = _blocking(complete_waitpoint)

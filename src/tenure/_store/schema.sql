@@ -1,11 +1,11 @@
 -- tenure's schema as it stands after every migration, in one file, for reading.
 --
--- As of migration: 0010_trace_context
+-- As of migration: 0013_explorer
 --
 -- Nothing applies this file: `tenure migrate` runs migrations/*.sql in order, and that is
 -- the only way tenure's tables are made. This file is what those migrations add up to,
 -- written out once in dependency order with a short note on why each thing is there (the
--- migration that made it, 0001-0010, says more). Statements that migrations later replaced
+-- migration that made it, 0001-0013, says more). Statements that migrations later replaced
 -- are shown only in their current form: tenure_admit (0004, replaced in 0005), the claim
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
 -- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
@@ -204,6 +204,16 @@ CREATE UNIQUE INDEX tenure_jobs_tenant_key ON tenure_jobs (tenant, idempotency_k
 -- The job pruner walks each of its tools' expired jobs in prune_after order.
 CREATE INDEX tenure_jobs_prune ON tenure_jobs (tool, prune_after)
     WHERE prune_after IS NOT NULL;
+
+-- (0013) The job explorer: newest first by (created_at, id), one index per filter (none,
+-- state, tool, tenant) so that every page, first or a thousand deep, is one range scan from
+-- its keyset cursor. The tenant one holds only rows that have a tenant: a single-tenant
+-- install pays nothing for it.
+CREATE INDEX tenure_jobs_created ON tenure_jobs (created_at, id);
+CREATE INDEX tenure_jobs_state_created ON tenure_jobs (state, created_at, id);
+CREATE INDEX tenure_jobs_tool_created ON tenure_jobs (tool, created_at, id);
+CREATE INDEX tenure_jobs_tenant_created ON tenure_jobs (tenant, created_at, id)
+    WHERE tenant <> '';
 
 -- One notification on channel tenure_jobs per enqueueing statement wakes idle workers; the
 -- payload is empty (workers claim whatever is due), so a bulk insert costs one NOTIFY, not
