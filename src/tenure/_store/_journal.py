@@ -35,7 +35,6 @@ from ._rows import (
     journal_params,
 )
 
-
 SEARCH_TIMEOUT = 10.0  # a search past this is cut off (its connection dropped), not awaited
 
 

@@ -184,15 +184,24 @@ SELECT to_regclass('tenure_runs') IS NOT NULL
 
 -- name: pipeline_runs
 -- Recent pipeline runs with their stages in order (names, rounds, states, jobs and verdicts;
--- never the run's input, context or result). Runs only once pipelines_exist said so.
+-- never the run's input, context or result), and the structure of the run's graph for the
+-- dashboard's drawing: start stages, and each stage's name, next and on (never its tool's
+-- arguments). Runs only once pipelines_exist said so.
 SELECT r.id AS run_id, r.pipeline, r.state, r.updated_at,
        coalesce(jsonb_agg(jsonb_build_object('stage', s.name, 'round', s.round,
                                              'state', s.state, 'job_id', s.job_id,
                                              'decision', s.decision) ORDER BY s.id)
-                    FILTER (WHERE s.id IS NOT NULL), '[]'::jsonb) AS stages
-FROM (SELECT id, pipeline, state, updated_at FROM tenure_runs ORDER BY id DESC LIMIT %(limit)s) r
+                    FILTER (WHERE s.id IS NOT NULL), '[]'::jsonb) AS stages,
+       r.graph -> 'start' AS start,
+       (SELECT jsonb_agg(jsonb_build_object('name', g -> 'name', 'next', g -> 'next',
+                                            'on', g -> 'on') ORDER BY n)
+        FROM jsonb_array_elements(CASE jsonb_typeof(r.graph -> 'stages')
+                                      WHEN 'array' THEN r.graph -> 'stages' END)
+             WITH ORDINALITY AS e (g, n)) AS graph
+FROM (SELECT id, pipeline, state, updated_at, graph
+      FROM tenure_runs ORDER BY id DESC LIMIT %(limit)s) r
 LEFT JOIN tenure_run_stages s ON s.run_id = r.id AND s.kind = 'stage'
-GROUP BY r.id, r.pipeline, r.state, r.updated_at
+GROUP BY r.id, r.pipeline, r.state, r.updated_at, r.graph
 ORDER BY r.id DESC
 
 -- name: server_info
