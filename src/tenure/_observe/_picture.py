@@ -114,8 +114,13 @@ def lanes_of(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> lis
             )
     current = lanes.get(job["token"])
     if current is not None and job["state"] == "running" and current.end is None:
-        current.lease_until = job.get("lease_until")
         current.confirmed = job.get("heartbeat_at") or current.confirmed
+        until = job.get("lease_until")
+        if until is not None and until <= job["db_now"]:  # ran out; nobody has reclaimed it
+            current.end, current.outcome = until, "expired"
+            current.markers.append((until, "lease_expired", "lease ran out, not reclaimed yet"))
+        else:
+            current.lease_until = until
     return list(lanes.values())
 
 
