@@ -326,7 +326,8 @@ def picture_legend() -> str:
         '<span class="key held-succeeded"></span> committed '
         '<span class="key held-expired"></span> expired or lost '
         '<span class="key lease-rest"></span> lease granted, not yet run out · '
-        "a thin line: the last heartbeat confirmed · ◆ an ownership event (hover it)</p>"
+        "a thin line: the last heartbeat confirmed · "
+        "◆ n: ownership event n, listed with the picture</p>"
     )
 
 

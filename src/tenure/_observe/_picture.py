@@ -163,13 +163,39 @@ def picture(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> str:
             f'<text class="axis" x="{at:.1f}" y="{TOP - 10}" text-anchor="middle">'
             f"+{h(seconds(total * i / TICKS))}</text>"
         )
+    numbers: dict[tuple[int, int], int] = {}  # (lane, marker) -> its note's number
+    notes = []
+    ordered = sorted(
+        (at, row, index)
+        for row, lane in enumerate(lanes)
+        for index, (at, _, _) in enumerate(lane.markers)
+    )
+    for number, (at, row, index) in enumerate(ordered, 1):
+        numbers[(row, index)] = number
+        lane = lanes[row]
+        _, kind, text = lane.markers[index]
+        notes.append(
+            f'<li data-kind="{h(kind)}" data-token="{h(lane.token)}">'
+            f"+{h(seconds((at - first).total_seconds()))} · token {h(lane.token)} "
+            f"({h(lane.worker or '-')}): {h(text)}</li>"
+        )
     for row, lane in enumerate(lanes):
-        parts.append(_lane(lane, TOP + row * LANE, x, now, job))
+        parts.append(_lane(lane, TOP + row * LANE, x, now, job, row, numbers))
     parts.append("</svg>")
+    if notes:
+        parts.append(f'<ol class="picture-notes">{"".join(notes)}</ol>')
     return "".join(parts)
 
 
-def _lane(lane: Lane, top: int, x: Any, now: datetime, job: Mapping[str, Any]) -> str:
+def _lane(
+    lane: Lane,
+    top: int,
+    x: Any,
+    now: datetime,
+    job: Mapping[str, Any],
+    row: int,
+    numbers: Mapping[tuple[int, int], int],
+) -> str:
     mid = top + LANE / 2
     label = f"attempt {lane.attempt if lane.attempt is not None else '?'} · {lane.worker or '-'}"
     end = lane.end or (now if job["state"] == "running" else lane.start)
@@ -196,12 +222,14 @@ def _lane(lane: Lane, top: int, x: Any, now: datetime, job: Mapping[str, Any]) -
             f'<line class="beat" x1="{cx:.1f}" y1="{top + 4}" x2="{cx:.1f}" y2="{top + LANE - 4}">'
             "<title>last heartbeat confirmed</title></line>"
         )
-    for at, kind, text in lane.markers:
+    for index, (at, kind, text) in enumerate(lane.markers):
         mx = x(at)
+        number = numbers.get((row, index), 0)
         out.append(
             f'<g class="marker marker-{h(kind)}" data-kind="{h(kind)}">'
             f'<path d="M{mx:.1f} {top + 3} l5 6 l-5 6 l-5 -6 z"></path>'
-            f"<title>{h(text)}</title></g>"
+            f'<text class="note-number" x="{mx + 6:.1f}" y="{top + 26}">{number}</text>'
+            f"<title>{number}. {h(text)}</title></g>"
         )
     out.append("</g>")
     return "".join(out)
