@@ -90,8 +90,9 @@ class Case:
         return bool(used & {self.index, *self.also})
 
 
-def cases(total: int, acme_key: str | None = None) -> list[Case]:
-    """The cases on a table of ``total`` jobs; ``acme_key``: a key that tenant t-7 holds."""
+def cases(total: int, acme_key: str | None = None, plain_key: str | None = None) -> list[Case]:
+    """The cases on a table of ``total`` jobs; ``acme_key``: a key that tenant t-7 holds,
+    ``plain_key``: one of a job without a tenant (so that each finds its job)."""
     day = START + WEEK * (5 / 7)
     some = total // 2
     return [
@@ -130,7 +131,7 @@ def cases(total: int, acme_key: str | None = None) -> list[Case]:
             "tenure_jobs_tool_created",
         ),
         Case("by id", {"job_id": some}, "tenure_jobs_pkey"),
-        Case("by key (no tenant)", {"key": f"key-{some}"}, "tenure_jobs_tenant_key"),
+        Case("by key (no tenant)", {"key": plain_key or f"key-{some}"}, "tenure_jobs_tenant_key"),
         Case(
             "by key + tenant",
             {"key": acme_key or f"key-{some + 1}", "tenant": "t-7"},
@@ -254,10 +255,15 @@ def main() -> None:
                 "|---|---|---|---:|---:|---:|",
             ]
             details: list[str] = []
-            (acme_key,) = conn.execute(  # type: ignore[misc]
-                "SELECT idempotency_key FROM tenure_jobs WHERE tenant = 't-7' ORDER BY id LIMIT 1"
-            ).fetchone()
-            for case in cases(args.jobs, acme_key):
+            keys = [
+                conn.execute(  # type: ignore[index]
+                    "SELECT idempotency_key FROM tenure_jobs WHERE tenant = %s AND id > %s"
+                    " ORDER BY id LIMIT 1",
+                    (tenant, args.jobs // 2),
+                ).fetchone()[0]
+                for tenant in ("t-7", "")
+            ]
+            for case in cases(args.jobs, *keys):
                 pages: list[tuple[str, str | None]] = [("first", None)]
                 cursor, depth = deep_cursor(conn, case)
                 if cursor is not None:
