@@ -207,13 +207,17 @@ CREATE INDEX tenure_jobs_prune ON tenure_jobs (tool, prune_after)
 
 -- (0013) The job explorer: newest first by (created_at, id), one index per filter (none,
 -- state, tool, tenant) so that every page, first or a thousand deep, is one range scan from
--- its keyset cursor. The tenant one holds only rows that have a tenant: a single-tenant
--- install pays nothing for it.
-CREATE INDEX tenure_jobs_created ON tenure_jobs (created_at, id);
-CREATE INDEX tenure_jobs_state_created ON tenure_jobs (state, created_at, id);
-CREATE INDEX tenure_jobs_tool_created ON tenure_jobs (tool, created_at, id);
+-- its keyset cursor. None holds a running job: a claim and every heartbeat (non-HOT updates)
+-- add no entry to them; running jobs are searched through tenure_jobs_lease_until. The
+-- tenant one holds only jobs that have a tenant: a single-tenant install pays nothing for it.
+CREATE INDEX tenure_jobs_created ON tenure_jobs (created_at, id)
+    WHERE state <> 'running';
+CREATE INDEX tenure_jobs_state_created ON tenure_jobs (state, created_at, id)
+    WHERE state <> 'running';
+CREATE INDEX tenure_jobs_tool_created ON tenure_jobs (tool, created_at, id)
+    WHERE state <> 'running';
 CREATE INDEX tenure_jobs_tenant_created ON tenure_jobs (tenant, created_at, id)
-    WHERE tenant <> '';
+    WHERE tenant <> '' AND state <> 'running';
 
 -- One notification on channel tenure_jobs per enqueueing statement wakes idle workers; the
 -- payload is empty (workers claim whatever is due), so a bulk insert costs one NOTIFY, not

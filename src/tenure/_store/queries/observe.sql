@@ -228,20 +228,48 @@ ORDER BY t.relname, i.relname
 -- The dashboard's job explorer and App.search_jobs: newest first by (created_at, id), every
 -- filter optional, the page after a keyset cursor (after_at, after_id), never OFFSET. The
 -- store sends it unprepared, so each call is planned with its values: the `IS NULL OR`
--- guards of absent filters fold away and the remaining ones meet the index made for them
--- (0013: tenure_jobs_created, _state_created, _tool_created, _tenant_created; a key goes to
--- tenure_jobs_tenant_key, an id to the primary key). No payload, result or error message.
-SELECT id, tool, state, tenant, idempotency_key, attempt, max_attempts, token, owner,
-       created_at, updated_at, finished_at, error ->> 'code' AS code
-FROM tenure_jobs
-WHERE (%(id)s::bigint IS NULL OR id = %(id)s::bigint)
-  AND (%(key)s::text IS NULL OR idempotency_key = %(key)s::text)
-  AND (%(state)s::text IS NULL OR state = %(state)s::text)
-  AND (%(tool)s::text IS NULL OR tool = %(tool)s::text)
-  AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
-  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
-  AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s::timestamptz)
-  AND (%(after_at)s::timestamptz IS NULL
-       OR (created_at, id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
+-- guards of absent filters fold away and the remaining ones meet the index made for them.
+-- Two branches, merged: jobs not running, through migration 0013's partial indexes (one per
+-- filter, in page order), and running jobs, through tenure_jobs_lease_until (a set as small
+-- as the workers' capacity, sorted here). Running rows are kept out of the explorer's
+-- indexes so that a claim and every heartbeat (non-HOT updates of a running row) add no
+-- entry to them. A key goes to tenure_jobs_tenant_key, an id to the primary key. No
+-- payload, result or error message.
+(
+    SELECT id, tool, state, tenant, idempotency_key, attempt, max_attempts, token, owner,
+           created_at, updated_at, finished_at, error ->> 'code' AS code
+    FROM tenure_jobs
+    WHERE state <> 'running'
+      AND %(state)s::text IS DISTINCT FROM 'running'
+      AND (%(id)s::bigint IS NULL OR id = %(id)s::bigint)
+      AND (%(key)s::text IS NULL OR idempotency_key = %(key)s::text)
+      AND (%(state)s::text IS NULL OR state = %(state)s::text)
+      AND (%(tool)s::text IS NULL OR tool = %(tool)s::text)
+      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+      AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s::timestamptz)
+      AND (%(after_at)s::timestamptz IS NULL
+           OR (created_at, id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
+    ORDER BY created_at DESC, id DESC
+    LIMIT %(limit)s
+)
+UNION ALL
+(
+    SELECT id, tool, state, tenant, idempotency_key, attempt, max_attempts, token, owner,
+           created_at, updated_at, finished_at, error ->> 'code' AS code
+    FROM tenure_jobs
+    WHERE state = 'running' AND lease_until > '-infinity'
+      AND (%(state)s::text IS NULL OR %(state)s::text = 'running')
+      AND (%(id)s::bigint IS NULL OR id = %(id)s::bigint)
+      AND (%(key)s::text IS NULL OR idempotency_key = %(key)s::text)
+      AND (%(tool)s::text IS NULL OR tool = %(tool)s::text)
+      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+      AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s::timestamptz)
+      AND (%(after_at)s::timestamptz IS NULL
+           OR (created_at, id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
+    ORDER BY created_at DESC, id DESC
+    LIMIT %(limit)s
+)
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s
