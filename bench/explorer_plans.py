@@ -144,7 +144,7 @@ def cases(total: int, acme_key: str | None = None, plain_key: str | None = None)
 
 def explain_sql(analyze: bool) -> sql.Composed:
     options = "ANALYZE, BUFFERS, " if analyze else ""
-    return sql.SQL(f"EXPLAIN ({options}FORMAT JSON) ") + sql.SQL(QUERIES["search_jobs"])  # type: ignore[arg-type]
+    return sql.SQL(f"EXPLAIN ({options}FORMAT JSON) ") + sql.SQL(QUERIES["search_jobs"])
 
 
 def plan_of(conn: psycopg.Connection[Any], search: JobSearch, analyze: bool = False) -> Any:
@@ -172,7 +172,7 @@ def indexes_and_scans(plan: Any) -> tuple[set[str], set[str]]:
 
 
 def text_plan(conn: psycopg.Connection[Any], search: JobSearch) -> str:
-    query = sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + sql.SQL(QUERIES["search_jobs"])  # type: ignore[arg-type]
+    query = sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + sql.SQL(QUERIES["search_jobs"])
     rows = conn.execute(query, search.params(), prepare=False).fetchall()
     return "\n".join(r[0] for r in rows)
 
@@ -182,7 +182,7 @@ def deep_cursor(conn: psycopg.Connection[Any], case: Case) -> tuple[str | None, 
     would take a thousand calls, so the bench reads the row there with an OFFSET once."""
     search = job_search(**case.filters, limit=PAGE)
     params = {**search.params(), "limit": 2 * DEEP * PAGE + 1}
-    cursor = conn.execute(sql.SQL(QUERIES["search_jobs"]), params, prepare=False)  # type: ignore[arg-type]
+    cursor = conn.execute(sql.SQL(QUERIES["search_jobs"]), params, prepare=False)
     rows = cursor.fetchall()
     names = [c.name for c in cursor.description or ()]
     if len(rows) <= PAGE:
@@ -228,7 +228,7 @@ def main() -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             began = time.monotonic()
             conn.execute("ALTER TABLE tenure_jobs DISABLE TRIGGER USER")  # no NOTIFY per fill
-            conn.execute(FILL, {"total": args.jobs, "start": START})  # type: ignore[arg-type]
+            conn.execute(FILL, {"total": args.jobs, "start": START})
             conn.execute("ALTER TABLE tenure_jobs ENABLE TRIGGER USER")
             conn.execute("VACUUM ANALYZE tenure_jobs")
             filled = time.monotonic() - began

@@ -55,7 +55,7 @@ from ._registry import (
     check_tenant,
     make_spec,
 )
-from ._search import JobPage, job_search, page_of
+from ._search import JobPage, SearchFilters, job_search, page_of
 from ._signature import load_result
 from ._store import (
     CONNECT_OPTIONS,
@@ -650,36 +650,14 @@ class App:
             state=state, tool=tool, tenant=tenant, limit=max(1, min(limit, 10_000))
         )
 
-    async def search_jobs(
-        self,
-        *,
-        job_id: int | None = None,
-        key: str | None = None,
-        state: str | None = None,
-        tool: str | None = None,
-        tenant: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        cursor: str | None = None,
-        limit: int = 50,
-    ) -> JobPage:
+    async def search_jobs(self, **filters: Unpack[SearchFilters]) -> JobPage:
         """One page of jobs, newest first (by created_at, then id), every filter optional:
-        by id, by idempotency ``key`` (of ``tenant``, '' if not given), ``state``, ``tool``,
-        ``tenant``, created in [``since``, ``until``). Pass the page's ``next_cursor`` as
-        ``cursor`` for the next page: a keyset cursor, as fast a thousand pages deep as on
-        the first. Rows carry no payload, result or error message. InvalidSearch on a bad
-        filter or cursor, before anything is read."""
-        search = job_search(
-            job_id=job_id,
-            key=key,
-            state=state,
-            tool=tool,
-            tenant=tenant,
-            since=since,
-            until=until,
-            cursor=cursor,
-            limit=limit,
-        )
+        ``job_id``, idempotency ``key`` (of ``tenant``, '' if not given), ``state``,
+        ``tool``, ``tenant``, created in [``since``, ``until``), ``limit`` (1-500, 50).
+        Pass the page's ``next_cursor`` as ``cursor`` for the next page: a keyset cursor,
+        as fast a thousand pages deep as on the first. Rows carry no payload, result or
+        error message. InvalidSearch on a bad filter or cursor, before anything is read."""
+        search = job_search(**filters)
         return page_of(await (await self._store()).search_jobs(search), search)
 
     async def events(self, job_id: int) -> list[JournalEntry]:

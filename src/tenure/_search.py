@@ -15,7 +15,7 @@ import binascii
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypedDict, get_args
+from typing import Any, TypedDict, Unpack, get_args
 
 from ._errors import InvalidSearch
 from ._states import JobState
@@ -79,19 +79,30 @@ class JobSearch:
         }
 
 
-def job_search(
-    *,
-    job_id: int | None = None,
-    key: str | None = None,
-    state: str | None = None,
-    tool: str | None = None,
-    tenant: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    cursor: str | None = None,
-    limit: int = DEFAULT_PAGE,
-) -> JobSearch:
+class SearchFilters(TypedDict, total=False):
+    """A job search's filters, every one optional (`App.search_jobs`, `job_search`)."""
+
+    job_id: int | None
+    key: str | None
+    state: str | None
+    tool: str | None
+    tenant: str | None
+    since: datetime | None
+    until: datetime | None
+    cursor: str | None
+    limit: int
+
+
+def job_search(**filters: Unpack[SearchFilters]) -> JobSearch:
     """Check every filter (InvalidSearch, naming the bad one) and decode the cursor."""
+    unknown = sorted(set(filters) - set(SearchFilters.__annotations__))
+    if unknown:
+        known = ", ".join(SearchFilters.__annotations__)
+        raise InvalidSearch(f"unknown filter {', '.join(unknown)}: one of {known}")
+    job_id, key, state = filters.get("job_id"), filters.get("key"), filters.get("state")
+    tool, tenant = filters.get("tool"), filters.get("tenant")
+    since, until = filters.get("since"), filters.get("until")
+    cursor, limit = filters.get("cursor"), filters.get("limit", DEFAULT_PAGE)
     if job_id is not None and (
         isinstance(job_id, bool) or not isinstance(job_id, int) or not 0 < job_id <= MAX_JOB_ID
     ):

@@ -17,6 +17,9 @@ import pytest
 # The observability tests' fixtures: workers of the observe app, a producer, the journal.
 from tests.observe.conftest import journal, ops, workers  # noqa: F401
 
+from tenure._observe._dashboard import create_dashboard
+from tenure._observe._http import ServerThread
+
 CHROMIUM = "/usr/bin/chromium"
 REBIND_HOST = "rebind.test"  # an attacker's name that resolves to 127.0.0.1
 ARGS = [
@@ -30,6 +33,8 @@ ARGS = [
     f"--host-resolver-rules=MAP {REBIND_HOST} 127.0.0.1",  # DNS rebinding, without a DNS server
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+TOKEN = "browser-test-token-0123456789"
+POLL = 0.3
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +61,20 @@ def artifacts() -> Path:
     """Where screenshots go (gitignored): kept after the run for a human to look at."""
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture
+def board(tenure_dsn: str) -> Iterator[dict[str, str]]:
+    """Two dashboards on one database: read-only ("open"), and with an access token
+    ("locked"); their base URLs."""
+    servers = {
+        "open": ServerThread(create_dashboard(tenure_dsn, poll_interval=POLL), "127.0.0.1", 0),
+        "locked": ServerThread(
+            create_dashboard(tenure_dsn, access_token=TOKEN, poll_interval=POLL), "127.0.0.1", 0
+        ),
+    }
+    try:
+        yield {name: server.start() for name, server in servers.items()}
+    finally:
+        for server in servers.values():
+            server.stop()

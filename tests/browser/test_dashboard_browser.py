@@ -7,23 +7,18 @@ the access token and is refused without it. Screenshots land in artifacts/.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from tests.browser.conftest import REBIND_HOST
+from tests.browser.conftest import REBIND_HOST, TOKEN
 from tests.support.workers import Journal, WorkerGroup, wait_job
 
 from tenure import App
-from tenure._observe._dashboard import create_dashboard
-from tenure._observe._http import ServerThread
 
 pytestmark = pytest.mark.storage
 
-TOKEN = "browser-test-token-0123456789"
-POLL = 0.3
 # A monotone run of samples of a lease bar's width (percent), 100 ms apart: shrinking.
 SHRINKING = """([id]) => {
     const bar = document.querySelector(`tr[data-job="${id}"] rect.bar-fill`);
@@ -34,22 +29,6 @@ SHRINKING = """([id]) => {
     return n >= 4 && seen[n - 1] < seen[n - 2] && seen[n - 2] < seen[n - 3]
         && seen[n - 3] < seen[n - 4];
 }"""
-
-
-@pytest.fixture
-def board(tenure_dsn: str) -> Iterator[dict[str, str]]:
-    """Two dashboards on one database: read-only, and with an access token."""
-    servers = {
-        "open": ServerThread(create_dashboard(tenure_dsn, poll_interval=POLL), "127.0.0.1", 0),
-        "locked": ServerThread(
-            create_dashboard(tenure_dsn, access_token=TOKEN, poll_interval=POLL), "127.0.0.1", 0
-        ),
-    }
-    try:
-        yield {name: server.start() for name, server in servers.items()}
-    finally:
-        for server in servers.values():
-            server.stop()
 
 
 def running_on(journal: Journal, job_id: int, owner: str, workers: WorkerGroup) -> dict[str, Any]:

@@ -9,38 +9,18 @@ pictures land in artifacts/.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.browser.conftest import TOKEN
 from tests.observe.helpers import wait_done
 from tests.support.waiting import wait_until
-from tests.support.workers import Journal, WorkerGroup, wait_job
+from tests.support.workers import Journal, WorkerGroup, WorkerProcess, wait_job
 
 from tenure import App
-from tenure._observe._dashboard import create_dashboard
-from tenure._observe._http import ServerThread
 
 pytestmark = pytest.mark.storage
-
-TOKEN = "explorer-test-token-0123456789"
-POLL = 0.3
-
-
-@pytest.fixture
-def board(tenure_dsn: str) -> Iterator[dict[str, str]]:
-    servers = {
-        "open": ServerThread(create_dashboard(tenure_dsn, poll_interval=POLL), "127.0.0.1", 0),
-        "locked": ServerThread(
-            create_dashboard(tenure_dsn, access_token=TOKEN, poll_interval=POLL), "127.0.0.1", 0
-        ),
-    }
-    try:
-        yield {name: server.start() for name, server in servers.items()}
-    finally:
-        for server in servers.values():
-            server.stop()
 
 
 def ids_on(page: Any) -> list[int]:
@@ -120,6 +100,18 @@ def test_filter_page_find_by_key_and_bulk_cancel_with_csrf(
     context.close()
 
 
+def slow_call_on(
+    name: str, seconds: float, workers: WorkerGroup, ops: App, journal: Journal
+) -> tuple[WorkerProcess, int, dict[str, Any]]:
+    """A worker ``name`` running a slow call (``seconds`` long, on it alone): the worker,
+    the job's id and its row once that worker holds it."""
+    worker = workers.spawn(name)
+    worker.wait_started()
+    job = ops.enqueue_sync("slow", {"seconds": seconds, "only_on": name})
+    row = wait_job(journal, job.id, lambda r: r["owner"] == name, f"never ran on {name}", workers)
+    return worker, job.id, row
+
+
 def lane(page: Any, token: int) -> Any:
     return page.locator(f'#picture g.lane[data-token="{token}"]')
 
@@ -140,13 +132,10 @@ def test_the_picture_after_a_sigkill_shows_the_expired_lease_and_the_heir(
 ) -> None:
     from playwright.sync_api import expect
 
-    doomed = workers.spawn("doomed")
-    doomed.wait_started()
-    job = ops.enqueue_sync("slow", {"seconds": 30.0, "only_on": "doomed"})
-    first = wait_job(journal, job.id, lambda r: r["owner"] == "doomed", "never ran", workers)
+    doomed, job_id, first = slow_call_on("doomed", 30.0, workers, ops, journal)
 
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{board['open']}/jobs/{job.id}")
+    page.goto(f"{board['open']}/jobs/{job_id}")
     live = lane(page, first["token"])
     expect(live).to_have_attribute("data-worker", "doomed")
     expect(live).to_have_attribute("data-outcome", "running")
@@ -154,7 +143,7 @@ def test_the_picture_after_a_sigkill_shows_the_expired_lease_and_the_heir(
 
     doomed.kill()
     workers.spawn("heir")
-    row = wait_done(journal, job.id, workers)
+    row = wait_done(journal, job_id, workers)
     assert (row["state"], row["owner"]) == ("succeeded", "heir")
     expect(page.locator("#picture g.lane")).to_have_count(2)  # the page polls: no reload
     expect(live).to_have_attribute("data-outcome", "expired")
@@ -182,13 +171,10 @@ def test_the_picture_after_a_sigstop_shows_the_stale_owner_stopped_and_refused(
 ) -> None:
     from playwright.sync_api import expect
 
-    stale = workers.spawn("stale")
-    stale.wait_started()
-    job = ops.enqueue_sync("slow", {"seconds": 0.5, "only_on": "stale"})
-    first = wait_job(journal, job.id, lambda r: r["owner"] == "stale", "never ran", workers)
+    stale, job_id, first = slow_call_on("stale", 0.5, workers, ops, journal)
     stale.pause()
     workers.spawn("fresh")
-    row = wait_done(journal, job.id, workers)
+    row = wait_done(journal, job_id, workers)
     assert (row["state"], row["owner"]) == ("succeeded", "fresh"), row
     stale.resume()
     # On SIGCONT the stale owner is stopped (heartbeat_lost) or its late result is refused
@@ -197,19 +183,19 @@ def test_the_picture_after_a_sigstop_shows_the_stale_owner_stopped_and_refused(
     refused = ("heartbeat_lost", "result_rejected", "result_discarded")
 
     def stale_events() -> list[dict[str, Any]]:
-        return [e for e in journal.events(job.id) if e["kind"] in refused]
+        return [e for e in journal.events(job_id) if e["kind"] in refused]
 
     wait_until(
         lambda: stale_events(),
         timeout=30,
         interval=0.05,
-        message=f"the stale owner left no trace: {journal.kinds(job.id)}\n{workers.logs()}",
+        message=f"the stale owner left no trace: {journal.kinds(job_id)}\n{workers.logs()}",
     )
     seen = stale_events()
     assert {e["token"] for e in seen} == {first["token"]}
 
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{board['open']}/jobs/{job.id}")
+    page.goto(f"{board['open']}/jobs/{job_id}")
     old = lane(page, first["token"])
     expect(old).to_have_attribute("data-worker", "stale")
     expect(old).to_have_attribute("data-outcome", "expired")

@@ -25,7 +25,7 @@ ROWS = 20_000
 def filled(tenure_dsn: str) -> str:
     with psycopg.connect(tenure_dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE tenure_jobs DISABLE TRIGGER USER")
-        conn.execute(FILL, {"total": ROWS, "start": START})  # type: ignore[arg-type]
+        conn.execute(FILL, {"total": ROWS, "start": START})
         conn.execute("ALTER TABLE tenure_jobs ENABLE TRIGGER USER")
         conn.execute("VACUUM ANALYZE tenure_jobs")
     return tenure_dsn

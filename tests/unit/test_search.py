@@ -70,6 +70,7 @@ def test_a_cursor_it_did_not_hand_out_is_refused(cursor: str) -> None:
         ({"since": AT, "until": AT - timedelta(seconds=1)}, "before until"),
         ({"limit": 0}, "limit"),
         ({"limit": 501}, "limit"),
+        ({"stat": "failed"}, "unknown filter stat"),
     ],
 )
 def test_bad_filters_are_refused_naming_the_filter(

@@ -166,17 +166,17 @@ def picture(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> str:
     numbers: dict[tuple[int, int], int] = {}  # (lane, marker) -> its note's number
     notes = []
     ordered = sorted(
-        (at, row, index)
+        (moment, row, index)
         for row, lane in enumerate(lanes)
-        for index, (at, _, _) in enumerate(lane.markers)
+        for index, (moment, _, _) in enumerate(lane.markers)
     )
-    for number, (at, row, index) in enumerate(ordered, 1):
+    for number, (moment, row, index) in enumerate(ordered, 1):
         numbers[(row, index)] = number
         lane = lanes[row]
         _, kind, text = lane.markers[index]
         notes.append(
             f'<li data-kind="{h(kind)}" data-token="{h(lane.token)}">'
-            f"+{h(seconds((at - first).total_seconds()))} · token {h(lane.token)} "
+            f"+{h(seconds((moment - first).total_seconds()))} · token {h(lane.token)} "
             f"({h(lane.worker or '-')}): {h(text)}</li>"
         )
     for row, lane in enumerate(lanes):
