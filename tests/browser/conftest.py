@@ -10,13 +10,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 # The observability tests' fixtures: workers of the observe app, a producer, the journal.
 from tests.observe.conftest import journal, ops, workers  # noqa: F401
+from tests.support.workers import Journal, WorkerGroup
 
+from tenure import App
 from tenure._observe._dashboard import create_dashboard
 from tenure._observe._http import ServerThread
 
@@ -78,3 +80,31 @@ def board(tenure_dsn: str) -> Iterator[dict[str, str]]:
     finally:
         for server in servers.values():
             server.stop()
+
+
+class Scene(NamedTuple):
+    """Everything an ownership-picture test drives: the browser, real workers, a producer,
+    the journal, the dashboards and where screenshots go."""
+
+    browser: Any
+    workers: WorkerGroup
+    ops: App
+    journal: Journal
+    board: dict[str, str]
+    artifacts: Path
+
+
+@pytest.fixture
+def scene(
+    request: pytest.FixtureRequest, browser: Any, board: dict[str, str], artifacts: Path
+) -> Scene:
+    """The fixtures a test with workers and a browser needs, in one (named as in conftest
+    of tests/observe, whose fixtures this module imports under those names)."""
+    return Scene(
+        browser,
+        request.getfixturevalue("workers"),
+        request.getfixturevalue("ops"),
+        request.getfixturevalue("journal"),
+        board,
+        artifacts,
+    )

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from tests.browser.conftest import REBIND_HOST, TOKEN
+from tests.browser.conftest import REBIND_HOST, TOKEN, Scene
 from tests.support.workers import Journal, WorkerGroup, wait_job
 
 from tenure import App
@@ -37,15 +37,10 @@ def running_on(journal: Journal, job_id: int, owner: str, workers: WorkerGroup) 
     )
 
 
-def test_a_running_lease_shrinks_live_and_the_reclaim_shows_after_a_kill(
-    browser: Any,
-    workers: WorkerGroup,
-    ops: App,
-    journal: Journal,
-    board: dict[str, str],
-    artifacts: Path,
-) -> None:
+def test_a_running_lease_shrinks_live_and_the_reclaim_shows_after_a_kill(scene: Scene) -> None:
     from playwright.sync_api import expect
+
+    browser, workers, ops, journal, board, artifacts = scene
 
     holder = workers.spawn("holder")
     holder.wait_started()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.browser.conftest import TOKEN
+from tests.browser.conftest import TOKEN, Scene
 from tests.observe.helpers import wait_done
 from tests.support.waiting import wait_until
 from tests.support.workers import Journal, WorkerGroup, WorkerProcess, wait_job
@@ -122,15 +122,10 @@ def x_of(marker: Any) -> float:
     return float(start[1:])
 
 
-def test_the_picture_after_a_sigkill_shows_the_expired_lease_and_the_heir(
-    browser: Any,
-    workers: WorkerGroup,
-    ops: App,
-    journal: Journal,
-    board: dict[str, str],
-    artifacts: Path,
-) -> None:
+def test_the_picture_after_a_sigkill_shows_the_expired_lease_and_the_heir(scene: Scene) -> None:
     from playwright.sync_api import expect
+
+    browser, workers, ops, journal, board, artifacts = scene
 
     doomed, job_id, first = slow_call_on("doomed", 30.0, workers, ops, journal)
 
@@ -162,14 +157,11 @@ def test_the_picture_after_a_sigkill_shows_the_expired_lease_and_the_heir(
 
 
 def test_the_picture_after_a_sigstop_shows_the_stale_owner_stopped_and_refused(
-    browser: Any,
-    workers: WorkerGroup,
-    ops: App,
-    journal: Journal,
-    board: dict[str, str],
-    artifacts: Path,
+    scene: Scene,
 ) -> None:
     from playwright.sync_api import expect
+
+    browser, workers, ops, journal, board, artifacts = scene
 
     stale, job_id, first = slow_call_on("stale", 0.5, workers, ops, journal)
     stale.pause()
