@@ -210,14 +210,16 @@ CREATE INDEX tenure_jobs_prune ON tenure_jobs (tool, prune_after)
 -- its keyset cursor. None holds a running job: a claim and every heartbeat (non-HOT updates)
 -- add no entry to them; running jobs are searched through tenure_jobs_lease_until. The
 -- tenant one holds only jobs that have a tenant: a single-tenant install pays nothing for it.
+-- `created_at > '-infinity'` (true of every row) is stated by the explorer's statement alone,
+-- so no other statement can be planned on these (the claim once was, on _tool_created).
 CREATE INDEX tenure_jobs_created ON tenure_jobs (created_at, id)
-    WHERE state <> 'running';
+    WHERE state <> 'running' AND created_at > '-infinity';
 CREATE INDEX tenure_jobs_state_created ON tenure_jobs (state, created_at, id)
-    WHERE state <> 'running';
+    WHERE state <> 'running' AND created_at > '-infinity';
 CREATE INDEX tenure_jobs_tool_created ON tenure_jobs (tool, created_at, id)
-    WHERE state <> 'running';
+    WHERE state <> 'running' AND created_at > '-infinity';
 CREATE INDEX tenure_jobs_tenant_created ON tenure_jobs (tenant, created_at, id)
-    WHERE tenant <> '' AND state <> 'running';
+    WHERE tenant <> '' AND state <> 'running' AND created_at > '-infinity';
 
 -- One notification on channel tenure_jobs per enqueueing statement wakes idle workers; the
 -- payload is empty (workers claim whatever is due), so a bulk insert costs one NOTIFY, not

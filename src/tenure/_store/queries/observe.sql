@@ -233,13 +233,14 @@ ORDER BY t.relname, i.relname
 -- filter, in page order), and running jobs, through tenure_jobs_lease_until (a set as small
 -- as the workers' capacity, sorted here). Running rows are kept out of the explorer's
 -- indexes so that a claim and every heartbeat (non-HOT updates of a running row) add no
--- entry to them. A key goes to tenure_jobs_tenant_key, an id to the primary key. No
--- payload, result or error message.
+-- entry to them; `created_at > '-infinity'` is their predicate, which no other statement
+-- states (so none but this one is ever planned on them). A key goes to
+-- tenure_jobs_tenant_key, an id to the primary key. No payload, result or error message.
 (
     SELECT id, tool, state, tenant, idempotency_key, attempt, max_attempts, token, owner,
            created_at, updated_at, finished_at, error ->> 'code' AS code
     FROM tenure_jobs
-    WHERE state <> 'running'
+    WHERE state <> 'running' AND created_at > '-infinity'
       AND %(state)s::text IS DISTINCT FROM 'running'
       AND (%(id)s::bigint IS NULL OR id = %(id)s::bigint)
       AND (%(key)s::text IS NULL OR idempotency_key = %(key)s::text)
