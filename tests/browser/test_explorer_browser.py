@@ -18,7 +18,7 @@ from tests.observe.helpers import wait_done
 from tests.support.waiting import wait_until
 from tests.support.workers import Journal, WorkerGroup, WorkerProcess, wait_job
 
-from tenure import App
+from tenure import App, Context, Stage, Verdict
 
 pytestmark = pytest.mark.storage
 
@@ -230,4 +230,58 @@ def test_progress_follows_the_call_live(
         timeout=10_000,
     )
     expect(page.locator("#summary")).to_contain_text("/40")
+    page.close()
+
+
+def review_app(dsn: str) -> App:
+    """A pipeline as a user declares one: develop → QA gate (reject → correct → QA again)
+    → SecOps gate. No worker runs it here: the graph comes from the run's own copy."""
+    app = App(dsn)
+
+    @app.tool(lease=30.0, heartbeat=5.0, jitter=1.0)
+    async def work(ctx: Context, stage: str) -> dict[str, str]:
+        return {stage: "done"}
+
+    @app.tool(lease=30.0, heartbeat=5.0, jitter=1.0)
+    async def gate(ctx: Context, stage: str) -> Verdict:
+        return Verdict("approve")
+
+    app.pipeline(
+        "review",
+        [
+            Stage("develop", tool="work", next="qa"),
+            Stage("qa", tool="gate", on={"approve": "secops", "reject": "correct"}),
+            Stage("correct", tool="work", next="qa"),
+            Stage("secops", tool="gate", on={"approve": (), "reject": "correct"}),
+        ],
+    )
+    return app
+
+
+def test_a_pipeline_run_is_drawn_as_its_graph(
+    browser: Any, board: dict[str, str], tenure_dsn: str, artifacts: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    app = review_app(tenure_dsn)
+    try:
+        run = app.start_run_sync("review", {"ticket": 7})
+    finally:
+        app.close()
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{board['open']}/")
+    graph = page.locator(f'svg.run-graph[data-run="{run.id}"]')
+    expect(graph).to_be_visible()
+    nodes = graph.locator("g.stage-node")
+    expect(nodes).to_have_count(4)
+    expect(graph.locator('g.stage-node[data-stage="develop"]')).to_have_attribute(
+        "data-state", "open"
+    )
+    expect(graph.locator('g.stage-node[data-stage="develop"] text.round')).to_have_text("#1 open")
+    for stage in ("qa", "correct", "secops"):
+        node = graph.locator(f'g.stage-node[data-stage="{stage}"]')
+        expect(node).to_have_attribute("data-state", "not-reached")
+    verdicts = graph.locator("g.edge").evaluate_all("es => es.map(e => e.dataset.verdict)")
+    assert sorted(verdicts) == ["", "", "approve", "reject", "reject"]
+    page.screenshot(path=str(artifacts / "pipeline-graph.png"), full_page=True)
     page.close()

@@ -38,7 +38,7 @@ async def _jobs(store: Store) -> dict[str, int]:
 
 
 async def test_the_api_filters_pages_by_cursor_and_refuses_bad_input(
-    store: Store, open_board: httpx.Client
+    store: Store, open_board: httpx.Client, tenure_dsn: str
 ) -> None:
     ids = await _jobs(store)
     everything = open_board.get("/api/jobs").json()
@@ -55,6 +55,19 @@ async def test_the_api_filters_pages_by_cursor_and_refuses_bad_input(
     assert open_board.get("/api/jobs", params={"key": "shared-key"}).json()["jobs"] == []
     by_id = open_board.get("/api/jobs", params={"id": str(ids["a2"])}).json()["jobs"]
     assert [j["id"] for j in by_id] == [ids["a2"]]
+
+    with psycopg.connect(tenure_dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE tenure_jobs SET created_at = '2026-01-01T10:00:00+00' WHERE id = %s",
+            (ids["a1"],),
+        )
+    window = {"since": "2026-01-01T09:00", "until": "2026-01-01T11:00"}  # UTC, as typed
+    in_window = open_board.get("/api/jobs", params=window).json()["jobs"]
+    assert [(j["id"], j["created_at"]) for j in in_window] == [
+        (ids["a1"], "2026-01-01T10:00:00+00:00")
+    ]
+    after = open_board.get("/api/jobs", params={"since": "2026-01-01T10:00:01Z"}).json()
+    assert ids["a1"] not in [j["id"] for j in after["jobs"]] and len(after["jobs"]) == 4
 
     seen, cursor = [], None
     while True:

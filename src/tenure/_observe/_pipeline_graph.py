@@ -20,6 +20,7 @@ GAP_X = 60
 GAP_Y = 26
 PAD = 12
 MAX_ROUNDS_SHOWN = 3
+LOOP = 40  # room for edges that go back
 
 
 def h(value: object) -> str:
@@ -88,12 +89,17 @@ def run_graph(run: Mapping[str, Any]) -> str:
     for name in names:
         row[name] = used.get(column[name], 0)
         used[column[name]] = row[name] + 1
-    width = PAD * 2 + (max(column.values()) + 1) * (BOX_W + GAP_X) - GAP_X
-    loops = any(column[t] <= column[s] for s, t, _ in edges)
-    height = PAD * 2 + max(used.values()) * (BOX_H + GAP_Y) - GAP_Y + (40 if loops else 0)
+    # Edges back to an earlier column go above the boxes from the top row, below from the
+    # others; edges within a column go around its right side. Room is made for each.
+    above = any(column[t] < column[s] and row[s] == 0 for s, t, _ in edges)
+    below = any(column[t] < column[s] and row[s] > 0 for s, t, _ in edges)
+    beside = any(column[t] == column[s] for s, t, _ in edges)
+    top = PAD + (LOOP if above else 0)
+    width = PAD * 2 + (max(column.values()) + 1) * (BOX_W + GAP_X) - GAP_X + (LOOP if beside else 0)
+    height = top + PAD + max(used.values()) * (BOX_H + GAP_Y) - GAP_Y + (LOOP if below else 0)
 
     def box(name: str) -> tuple[float, float]:
-        return PAD + column[name] * (BOX_W + GAP_X), PAD + row[name] * (BOX_H + GAP_Y)
+        return PAD + column[name] * (BOX_W + GAP_X), top + row[name] * (BOX_H + GAP_Y)
 
     parts = [
         f'<svg class="run-graph" data-run="{h(run.get("run_id"))}" viewBox="0 0 {width} {height}" '
@@ -105,8 +111,13 @@ def run_graph(run: Mapping[str, Any]) -> str:
         "</marker></defs>"
     ]
     for source, target, label in edges:
-        back = column[target] <= column[source]
-        parts.append(_edge(box(source), box(target), back, label, height, run.get("run_id")))
+        if column[target] == column[source]:
+            route = "beside"
+        elif column[target] > column[source]:
+            route = "ahead"
+        else:
+            route = "above" if row[source] == 0 else "below"
+        parts.append(_edge(box(source), box(target), route, label, height, run.get("run_id")))
     by_name: dict[str, list[Mapping[str, Any]]] = {}
     for stage in stages:
         by_name.setdefault(str(stage.get("stage")), []).append(stage)
@@ -119,17 +130,26 @@ def run_graph(run: Mapping[str, Any]) -> str:
 def _edge(
     a: tuple[float, float],
     b: tuple[float, float],
-    back: bool,
+    route: str,
     label: str,
     height: int,
     run_id: Any,
 ) -> str:
-    if back:  # below the boxes, from the source's bottom to the target's bottom
-        x1, y1 = a[0] + BOX_W / 2, a[1] + BOX_H
-        x2, y2 = b[0] + BOX_W / 2, b[1] + BOX_H
-        low = height - 8
-        path = f"M{x1:.0f} {y1:.0f} C{x1:.0f} {low} {x2:.0f} {low} {x2:.0f} {y2:.0f}"
-        lx, ly = (x1 + x2) / 2, low - 4.0
+    """One edge: ``ahead`` (a straight arrow to a later column), ``beside`` (within a
+    column, around its right side), ``above`` or ``below`` (back to an earlier column)."""
+    if route == "beside":
+        x1, y1 = a[0] + BOX_W, a[1] + BOX_H / 2
+        x2, y2 = x1, b[1] + BOX_H / 2
+        out = x1 + LOOP
+        path = f"M{x1:.0f} {y1:.0f} C{out:.0f} {y1:.0f} {out:.0f} {y2:.0f} {x2:.0f} {y2:.0f}"
+        lx, ly = out - 4, (y1 + y2) / 2 + 4
+    elif route in ("above", "below"):
+        side = 0.0 if route == "above" else BOX_H
+        edge = 6.0 if route == "above" else height - 6.0
+        x1, y1 = a[0] + BOX_W / 2, a[1] + side
+        x2, y2 = b[0] + BOX_W / 2, b[1] + side
+        path = f"M{x1:.0f} {y1:.0f} C{x1:.0f} {edge:.0f} {x2:.0f} {edge:.0f} {x2:.0f} {y2:.0f}"
+        lx, ly = (x1 + x2) / 2, edge + (10.0 if route == "above" else -4.0)
     else:
         x1, y1 = a[0] + BOX_W, a[1] + BOX_H / 2
         x2, y2 = b[0], b[1] + BOX_H / 2
