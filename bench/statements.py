@@ -16,7 +16,7 @@ migrations. Variants:
   no-claim-journal  the claim writes none (the commit still does)
   stale-statistics  the queue is never analyzed (what a burst into a fresh
                     table looks like when the enqueue does not analyze)
-  no-explorer-indexes  without migration 0013's four job-explorer indexes (what
+  no-explorer-indexes  without migration 0013's three job-explorer indexes (what
                     they cost every claim and commit: neither UPDATE is HOT)
 
 PostgreSQL: $BENCH_ADMIN_DSN (default host=127.0.0.1 port=5432 user=postgres
@@ -39,8 +39,7 @@ ADMIN = os.environ.get("BENCH_ADMIN_DSN", "host=127.0.0.1 port=5432 user=postgre
 DB = "tenure_statements"
 VARIANTS = ("base", "no-journal", "no-claim-journal", "stale-statistics", "no-explorer-indexes")
 EXPLORER_INDEXES = (
-    "DROP INDEX tenure_jobs_created, tenure_jobs_state_created, tenure_jobs_tool_created,"
-    " tenure_jobs_tenant_created"
+    "DROP INDEX tenure_jobs_state_created, tenure_jobs_tool_created, tenure_jobs_tenant_created"
 )
 CLAIM_JOURNAL = "FROM claimed c\n)"
 FINISH_JOURNAL = "    FROM finished f\n)"

@@ -3,6 +3,13 @@
 With ``TENURE_TEST_DSN`` set, a fresh database is created on that server for
 this run (and dropped at the end); otherwise an embedded PostgreSQL is started
 in a temporary directory. Nothing here is mocked.
+
+A test that reaches the server through a fixture (``server_dsn``, or any fixture
+built on it, however indirectly) is marked ``storage`` here at collection, so
+the marker cannot be forgotten or put where it does nothing. Each test is also
+marked with its axis, the top folder it lives in: ``unit`` (no database, no
+process), ``integration`` (real PostgreSQL, in this process) or ``system``
+(worker processes, faults, storms, a browser).
 """
 
 from __future__ import annotations
@@ -18,6 +25,21 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tests.support.schemas import fresh_schema_dsn
+
+DATABASE_FIXTURE = "server_dsn"
+AXES = ("unit", "integration", "system")
+TESTS = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``storage`` every test whose fixture closure reaches the database fixture, and
+    every test with its axis (the folder under tests/ it lives in)."""
+    for item in items:
+        if DATABASE_FIXTURE in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.storage)
+        axis = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
+        if axis in AXES:
+            item.add_marker(axis)
 
 
 def _server_dsn(tmp_root: Path) -> Iterator[str]:

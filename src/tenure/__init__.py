@@ -41,6 +41,7 @@ from ._maintenance._journal_pruner import JournalPrunerConfig
 from ._maintenance._rescuer import RescuerConfig
 from ._maintenance._scheduler import Schedule, SchedulerConfig
 from ._maintenance._statistics import StatisticsConfig
+from ._maintenance._worker_pruner import WorkerPrunerConfig
 from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
 from ._policy import LeasePolicy, RetryPolicy, ToolPolicy
 from ._search import JobPage
@@ -97,4 +98,5 @@ __all__ = [
     "WaitTimeout",
     "Waitpoint",
     "Worker",
+    "WorkerPrunerConfig",
 ]

@@ -65,6 +65,7 @@ from ._store import (
     JournalEntry,
     NewJob,
     Store,
+    WorkerInfo,
     migrate,
 )
 from ._waiting import Waiters, check_timeout
@@ -87,6 +88,7 @@ DAY = 24 * 3600.0
 DEFAULT_RETAIN = 7 * DAY
 NO_SCHEMA = "no tenure schema in this database; run `tenure migrate`"
 PRUNE_COUNT_CAP = 10_000_000
+WORKER_LEASE_CAP = 100_000  # running jobs read to count the leases workers hold
 CHECK_IDLE = 30.0  # a producer's pooled connection idle longer is checked before use
 MIN_RETAIN = 1.0
 MAX_RETAIN = 3650 * DAY
@@ -885,6 +887,13 @@ class App:
             checks.extend(await run())
         return checks
 
+    async def list_workers(self, *, limit: int = 1000) -> list[WorkerInfo]:
+        """Registered worker processes, alive first, then silent, then stopped: name, host,
+        pid, version, tools, concurrency, when started and last seen, and the leases each
+        holds (counted from the jobs it owns, never stored twice)."""
+        store = await self._store()
+        return await store.list_workers(max(1, min(limit, 10_000)), WORKER_LEASE_CAP)
+
     async def database_time(self) -> datetime:
         """The database's clock, the one every lease is judged by."""
         return await (await self._store()).db_now()
@@ -1006,6 +1015,7 @@ class App:
     find_events_sync = _blocking(find_events)
     prune_journal_sync = _blocking(prune_journal)
     doctor_sync = _blocking(doctor)
+    list_workers_sync = _blocking(list_workers)
     database_time_sync = _blocking(database_time)
 
 

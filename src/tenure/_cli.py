@@ -44,7 +44,7 @@ from ._observe._events import JOURNAL_KINDS
 from ._observe._pages import clock, describe_progress, seconds, summarize
 from ._registry import TENANT_MAX, TOOL_NAME_MAX
 from ._store import migrate
-from ._worker._worker import MAX_CONCURRENCY
+from ._worker._worker import KEEPALIVE, KEEPALIVE_RANGE, MAX_CONCURRENCY
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -206,6 +206,19 @@ def _env_int(name: str, low: int, high: int) -> int | None:
     return int(value)
 
 
+def _env_number(name: str, low: float, high: float) -> float | None:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    try:
+        number = float(value) if len(value) <= 32 else math.nan
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and low <= number <= high):
+        raise ConfigError(f"{name} must be a number in [{low:g}, {high:g}], got {_shown(value)}")
+    return number
+
+
 def _env_choice(name: str, default: str, choices: Sequence[str]) -> str:
     value = os.environ.get(name, "").strip().upper() or default
     if value not in choices:
@@ -267,6 +280,32 @@ def events_table(events: Iterable[Mapping[str, Any]], *, title: str, with_job: b
         if not with_job:
             del cells[2]
         table.add_row(*cells)
+    return table
+
+
+def workers_table(workers: Sequence[Mapping[str, Any]]) -> Table:
+    """Who is alive, who went silent and what each holds (leases counted from the jobs)."""
+    alive = sum(1 for w in workers if w["status"] == "alive")
+    table = Table(title=f"{len(workers)} workers, {alive} alive", **TABLE)
+    for column in ("NAME", "STATUS", "HOST", "PID", "VERSION", "LEASES", "CONCURRENCY"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("STARTED", no_wrap=True)
+    table.add_column("LAST SEEN", no_wrap=True)
+    table.add_column("TOOLS")
+    for w in workers:
+        expired = f" ({w['leases_expired']} expired)" if w["leases_expired"] else ""
+        table.add_row(
+            w["name"],
+            w["status"],
+            w["host"],
+            str(w["pid"]),
+            w["version"],
+            f"{w['leases_held']}{expired}",
+            str(w["concurrency"]),
+            w["started_at"].isoformat(timespec="seconds"),
+            f"{seconds(w['seen_ago'])} ago",
+            ", ".join(w["tools"]),
+        )
     return table
 
 
@@ -386,6 +425,16 @@ async def _events(app: App, args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+async def _workers(app: App, args: argparse.Namespace, console: Console) -> int:
+    workers = await app.list_workers(limit=args.limit)
+    if args.json:
+        for row in workers:
+            print(json.dumps(row, default=str, separators=(",", ":")))
+        return 0
+    console.print(workers_table(workers))
+    return 0
+
+
 async def _prune(app: App, args: argparse.Namespace, console: Console) -> int:
     total = await app.prune_journal(args.older_than, dry_run=True)
     if args.dry_run:
@@ -439,6 +488,8 @@ async def _dispatch(app: App, args: argparse.Namespace, target: App | None) -> i
         return await _events(app, args, console)
     if args.command == "prune":
         return await _prune(app, args, console)
+    if args.command == "workers":
+        return await _workers(app, args, console)
     if args.command == "doctor":
         return await _doctor(app, target is not None, console)
     if args.command == "enqueue":
@@ -525,6 +576,7 @@ def _mcp(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace) -> int:
     from ._maintenance._job_pruner import JobPrunerConfig
     from ._maintenance._journal_pruner import JournalPrunerConfig
+    from ._maintenance._worker_pruner import WorkerPrunerConfig
 
     app = _load(args)
     worker = app.worker(
@@ -543,6 +595,8 @@ def _worker(args: argparse.Namespace) -> int:
             interval=args.prune_interval,
             batch=args.prune_batch,
         ),
+        worker_pruner=WorkerPrunerConfig(horizon=args.worker_horizon),
+        keepalive=args.keepalive,
     )
     try:
         asyncio.run(worker.run(scrub_environment=True))
@@ -650,6 +704,19 @@ def _parser() -> argparse.ArgumentParser:
         help="delete journal rows older than this (default 14d)",
     )
     worker.add_argument(
+        "--keepalive",
+        type=number(*KEEPALIVE_RANGE),
+        default=_env_number("TENURE_WORKER_KEEPALIVE", *KEEPALIVE_RANGE) or KEEPALIVE,
+        help="seconds between the registry's keep-alives; readers call a worker silent after "
+        f"three (default $TENURE_WORKER_KEEPALIVE, else {KEEPALIVE:g})",
+    )
+    worker.add_argument(
+        "--worker-horizon",
+        type=duration(0.1, 365 * DAY),
+        default="1d",
+        help="delete registry rows of workers not seen for this long (default 1d)",
+    )
+    worker.add_argument(
         "--prune-jobs",
         choices=("tools", "all", "off"),
         default="tools",
@@ -718,6 +785,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     events.add_argument("--limit", type=integer(1, MAX_LIMIT), default=100)
     events.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    workers = commands.add_parser(
+        "workers", help="registered worker processes: alive, silent or stopped, leases held"
+    )
+    workers.add_argument("--limit", type=integer(1, MAX_LIMIT), default=1000)
+    workers.add_argument("--json", action="store_true", help="one JSON object per line")
 
     prune = commands.add_parser("prune", help="delete journal rows past their retention")
     prune.add_argument("--older-than", type=duration(*RETENTION), default="14d")

@@ -1,6 +1,6 @@
 """Every state a job, run, stage or waitpoint can be in, as types.
 
-The schema's CHECK constraints hold the same lists; `tests/unit/test_states.py`
+The schema's CHECK constraints hold the same lists; `tests/integration/store/test_states.py`
 reads them back from a migrated database so the two cannot drift.
 """
 

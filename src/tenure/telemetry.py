@@ -12,13 +12,14 @@ codes and durations, never a payload, a result or an error message.
 
 The journal's rows as `App.find_events` and `App.events` return them are
 `JournalEntry`; `App.job_detail` and `App.job_waitpoints` return `JobDetail` and
-`JobWaitpoint`; `App.doctor` returns `Check` findings.
+`JobWaitpoint`; `App.doctor` returns `Check` findings; `App.list_workers` returns
+`WorkerInfo` (who is alive, who went silent, what each holds).
 """
 
 from ._log import Event, Handler, attach
 from ._observe._doctor import Check
 from ._observe._events import EVENTS, EventSpec
-from ._store import JobDetail, JobWaitpoint, JournalEntry
+from ._store import JobDetail, JobWaitpoint, JournalEntry, WorkerInfo
 
 __all__ = [
     "EVENTS",
@@ -29,5 +30,6 @@ __all__ = [
     "JobDetail",
     "JobWaitpoint",
     "JournalEntry",
+    "WorkerInfo",
     "attach",
 ]

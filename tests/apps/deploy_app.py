@@ -1,4 +1,4 @@
-"""What a worker runs for tests/integration/test_deploy.py: the observability tests' tools
+"""What a worker runs for tests/system/deploy/test_deploy.py: the observability tests' tools
 (labelled, short leases; one fails, one retries, one sleeps, one sends a fenced request)
 and one that waits at a waitpoint, so one scrape shows every series the shipped alert
 rules and Grafana dashboard read.
@@ -9,8 +9,8 @@ producer with ``build_app(dsn)``.
 
 from __future__ import annotations
 
-from tests.observe.observe_app import HEARTBEAT, JITTER, LEASE
-from tests.observe.observe_app import build_app as build_observe_app
+from tests.integration.observe.observe_app import HEARTBEAT, JITTER, LEASE
+from tests.integration.observe.observe_app import build_app as build_observe_app
 
 from tenure import App, Context
 

@@ -17,13 +17,22 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from typing import TypedDict
 
 import httpx
 
 from tenure import App, Context
 from tenure.fence import raise_for_fence
 
-LEASE = dict(lease=1.5, heartbeat=0.3, jitter=0.5, time_limit=60.0)
+
+class Lease(TypedDict):
+    lease: float
+    heartbeat: float
+    jitter: float
+    time_limit: float
+
+
+LEASE: Lease = {"lease": 1.5, "heartbeat": 0.3, "jitter": 0.5, "time_limit": 60.0}
 
 
 def note(path: str, what: str) -> None:

@@ -1,1 +1,1 @@
-"""Helpers shared by the test suite (fault injection, polling)."""
+"""Helpers shared by the test suite (fault injection, polling, a virtual clock)."""

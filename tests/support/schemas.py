@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
 
 import psycopg
 from psycopg import sql
@@ -17,3 +18,12 @@ def fresh_schema_dsn(database_dsn: str, prefix: str) -> str:
     params = conninfo_to_dict(database_dsn)
     params["options"] = f"-c search_path={schema}"
     return make_conninfo(**params)  # type: ignore[arg-type]
+
+
+def db_now(dsn: str) -> datetime:
+    """The database's clock (``clock_timestamp()``), on a connection of its own."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    now: datetime = row[0]
+    return now

@@ -66,7 +66,7 @@ def test_the_entry_pattern_reads_the_maps_as_written() -> None:
 
 ROOT = SOURCE.parents[1]
 ARCHITECTURE = ROOT / "ARCHITECTURE.md"
-# `_worker/_heartbeat.py`, `queries/jobs.sql`, `tests/e2e/`, `_pipeline._engine`, ...
+# `_worker/_heartbeat.py`, `queries/jobs.sql`, `tests/system/e2e/`, `_pipeline._engine`, ...
 PATH = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:py|sql|md)|(?:[\w.-]+/)+)`")
 DOTTED = re.compile(r"`(_\w+(?:\._?\w+)+)`")
 

@@ -58,6 +58,8 @@ def test_telemetry_and_states_surfaces() -> None:
         assert len(set(module.__all__)) == len(module.__all__)
         assert sorted(module.__all__) == _public(module)
     assert "job_claimed" in tenure.telemetry.EVENTS
+    assert "WorkerInfo" in tenure.telemetry.__all__  # App.list_workers' record
+    assert "WorkerPrunerConfig" in tenure.__all__
     assert tenure.telemetry.EVENTS["job_claimed"].kind == "job_claimed"
     assert tenure.states.has_ended("failed") and not tenure.states.has_ended("waiting")
 

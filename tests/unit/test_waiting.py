@@ -12,7 +12,12 @@ from tenure._chaos._harness import wait_for
 
 def test_wait_until_returns_once_the_condition_holds_and_fails_the_test_otherwise() -> None:
     calls: list[int] = []
-    wait_until(lambda: calls.append(1) or len(calls) >= 3, interval=0.001)
+
+    def third() -> bool:
+        calls.append(1)
+        return len(calls) >= 3
+
+    wait_until(third, interval=0.001)
     assert len(calls) == 3
     with pytest.raises(AssertionError, match=r"never true \(waited 0\.05 s\)"):
         wait_until(lambda: False, timeout=0.05, message="never true")
@@ -47,5 +52,10 @@ async def test_wait_until_async_fails_when_an_async_predicate_stays_false() -> N
 
 async def test_wait_until_async_takes_plain_predicates_too() -> None:
     calls: list[int] = []
-    await wait_until_async(lambda: calls.append(1) or len(calls) >= 2, interval=0.001)
+
+    def second() -> bool:
+        calls.append(1)
+        return len(calls) >= 2
+
+    await wait_until_async(second, interval=0.001)
     assert len(calls) == 2

@@ -11,6 +11,7 @@ Module map:
     _job_pruner      JobPruner: deletes finished jobs past their own retention (prune_after)
     _journal_pruner  JournalPruner: deletes journal rows past the journal's retention
                      (started with a worker's telemetry, tenure._observe._runtime)
+    _worker_pruner   WorkerPruner: deletes registry rows of workers unseen past a horizon
     _statistics      StatisticsKeeper: ANALYZE tenure_jobs after a burst the planner missed
 
 They reach the database only through the store (tenure._store).

@@ -31,7 +31,7 @@ from typing import Literal
 from .._errors import PolicyError
 from .._log import log_event
 from .._store import Store
-from ._service import Service, check_ranges
+from ._service import Service, check_sweeps, sweep
 
 logger = logging.getLogger("tenure.job_pruner")
 
@@ -61,16 +61,7 @@ class JobPrunerConfig:
             raise PolicyError(f"job pruner enabled must be True or False, got {self.enabled!r}")
         if self.scope not in ("tools", "all"):
             raise PolicyError(f"job pruner scope must be 'tools' or 'all', got {self.scope!r}")
-        check_ranges(
-            "job pruner",
-            (
-                ("interval", self.interval, 0.05, DAY),
-                ("batch", self.batch, 1, 100_000),
-                ("statement_timeout", self.statement_timeout, 0.1, 600.0),
-            ),
-        )
-        if isinstance(self.batch, float):
-            raise PolicyError(f"job pruner batch must be an integer, got {self.batch!r}")
+        check_sweeps("job pruner", self.interval, self.batch, self.statement_timeout)
 
 
 class JobPruner(Service):
@@ -98,14 +89,12 @@ class JobPruner(Service):
         """One sweep: batches until one comes back short; returns how many jobs it deleted."""
         if not self.config.enabled:
             return 0
-        deleted = 0
-        for _ in range(MAX_BATCHES):
-            n = await self._store.prune_jobs(
-                self._tools, self.config.batch, round(self.config.statement_timeout * 1000)
-            )
-            deleted += n
-            if n < self.config.batch:
-                break
+        timeout_ms = round(self.config.statement_timeout * 1000)
+        deleted = await sweep(
+            lambda: self._store.prune_jobs(self._tools, self.config.batch, timeout_ms),
+            self.config.batch,
+            MAX_BATCHES,
+        )
         if deleted:
             log_event(logger, "jobs_pruned", rows=deleted, scope=self.config.scope)
         return deleted

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Self
 
@@ -36,6 +37,36 @@ def check_ranges(service: str, checks: tuple[Range, ...], optional: str = "") ->
             raise PolicyError(f"{service} {name} must be a number, got {value!r}")
         if not low <= value <= high:
             raise PolicyError(f"{service} {name}={value!r} is outside [{low:g}, {high:g}]")
+
+
+def check_sweeps(
+    service: str, interval: float, batch: int, statement_timeout: float, *more: Range
+) -> None:
+    """The settings of a service that deletes in bounded batches (the job and worker
+    pruners), plus ``more`` of its own: each in range, the batch a whole number."""
+    check_ranges(
+        service,
+        (
+            *more,
+            ("interval", interval, 0.05, 86400.0),
+            ("batch", batch, 1, 100_000),
+            ("statement_timeout", statement_timeout, 0.1, 600.0),
+        ),
+    )
+    if isinstance(batch, float):
+        raise PolicyError(f"{service} batch must be an integer, got {batch!r}")
+
+
+async def sweep(delete_batch: Callable[[], Awaitable[int]], batch: int, most: int) -> int:
+    """Delete batch after batch until one comes back short (or ``most`` batches: the
+    rest waits for the next sweep); how many rows in all."""
+    deleted = 0
+    for _ in range(most):
+        n = await delete_batch()
+        deleted += n
+        if n < batch:
+            break
+    return deleted
 
 
 class Service:

@@ -23,6 +23,7 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from importlib import resources
 from urllib.parse import parse_qs, quote
 
@@ -38,7 +39,7 @@ from .._payload import MAX_PAYLOAD_BYTES
 from .._search import page_of
 from .._store import Store
 from .._waitpoint import answer_json, token_hash
-from . import _explorer, _pages, _picture
+from . import _explorer, _pages, _picture, _queues_page, _workers_page
 from ._http import (
     HostCheck,
     MetricsState,
@@ -284,6 +285,50 @@ async def overview(request: Request) -> Response:
 
 async def overview_api(request: Request) -> Response:
     return JSONResponse(await _overview_fragments(request))
+
+
+async def workers_page(request: Request) -> Response:
+    data = await _workers_page.workers_data(_store(request))
+    body = _workers_page.workers_body(data["fragments"]["workers"])
+    return _html(request, "workers", body, "/api/workers")
+
+
+async def workers_api(request: Request) -> Response:
+    return _json(await _workers_page.workers_data(_store(request)))
+
+
+async def queues_page(request: Request) -> Response:
+    try:
+        window = _queues_page.window_of(request.query_params.get("window"))
+    except ConfigError as exc:
+        return HTMLResponse(
+            _pages.page(
+                "queues", f'<p class="error">{_pages.h(exc)}</p>', poll="", interval=0, csrf=None
+            ),
+            status_code=400,
+        )
+    data = await request.app.state.queues.read(_store(request), window)
+    body = _queues_page.queues_body(data["fragments"]["queues"], window)
+    return _html(request, "queues", body, f"/api/queues?window={window.name}")
+
+
+async def queues_api(request: Request) -> Response:
+    try:
+        window = _queues_page.window_of(request.query_params.get("window"))
+    except ConfigError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+    return _json(await request.app.state.queues.read(_store(request), window))
+
+
+def _json(data: object) -> Response:
+    """JSON with times as ISO strings (the records carry datetimes)."""
+    return Response(json.dumps(data, default=_iso), media_type="application/json")
+
+
+def _iso(value: object) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _job_id(request: Request) -> int:
@@ -535,6 +580,10 @@ def create_dashboard(
             Route("/jobs", jobs_page),
             Route("/api/jobs", jobs_api),
             Route("/jobs/bulk", jobs_bulk, methods=["POST"]),
+            Route("/workers", workers_page),
+            Route("/api/workers", workers_api),
+            Route("/queues", queues_page),
+            Route("/api/queues", queues_api),
             Route("/jobs/{job_id:int}", job_page),
             Route("/api/jobs/{job_id:int}", job_api),
             Route("/jobs/{job_id:int}/{action}", job_action, methods=["POST"]),
@@ -553,6 +602,7 @@ def create_dashboard(
     app.router.redirect_slashes = False  # no URL of ours ends in "/", so none to redirect to
     app.state.sessions = _Sessions(access_token)
     app.state.charts = _Charts()
+    app.state.queues = _queues_page.QueueCharts()
     app.state.poll_interval = poll_interval
     app.state.metrics = MetricsState([], DatabaseGauges(labels, journal_counts=True))
     return app

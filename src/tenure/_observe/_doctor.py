@@ -39,6 +39,7 @@ REQUIRED_INDEXES = (
     "tenure_jobs_queued",
     "tenure_jobs_tenant_queued",
     "tenure_jobs_lease_until",
+    "tenure_jobs_created",
     "tenure_events_job",
     "tenure_events_at",
     "tenure_events_notable",

@@ -259,6 +259,20 @@ _SPECS = (
     EventSpec("jobs_pruned", "job pruner (log)", "-", "finished jobs past retention were deleted"),
     EventSpec("job_prune_failed", "job pruner (log)", "-", "a job prune sweep failed"),
     EventSpec(
+        "workers_pruned",
+        "worker pruner (log)",
+        "-",
+        "registry rows of workers not seen for the pruner's horizon were deleted",
+    ),
+    EventSpec("worker_prune_failed", "worker pruner (log)", "-", "a worker prune sweep failed"),
+    EventSpec(
+        "worker_unregister_failed",
+        "worker (log)",
+        "-",
+        "a stopping worker could not mark its registry row stopped (error class); the row "
+        "goes silent instead",
+    ),
+    EventSpec(
         "statistics_refreshed",
         "statistics keeper (log)",
         "-",

@@ -50,6 +50,7 @@ LEASE_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 300)
 # after 10 s (the completer's COMMIT_TIMEOUT).
 COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
 QUEUE_CAP = 100_000
+WORKER_STATUSES = ("alive", "silent", "stopped")
 # How long a scrape waits for the database: half of Prometheus's default scrape_timeout
 # (10 s), so a database that does not answer is reported as tenure_database_up 0.
 REFRESH_DEADLINE = 5.0
@@ -309,6 +310,7 @@ class DatabaseGauges(Collector):
         self._queue: list[QueueDepth] = []
         self._running: list[RunningSummary] = []
         self._waiting: list[WaitingSummary] = []
+        self._workers: dict[str, int] = {}
         self._journal: dict[tuple[str, str], int] = {}
         self._after: int | None = None
         self._up = False
@@ -338,6 +340,7 @@ class DatabaseGauges(Collector):
     def _down(self, started: float) -> None:
         with self._lock:
             self._up, self._queue, self._running, self._waiting = False, [], [], []
+            self._workers = {}
             self._seconds = time.monotonic() - started
 
     async def _read(self, store: Store, started: float) -> None:
@@ -345,6 +348,7 @@ class DatabaseGauges(Collector):
             queue = await store.queue_depth(self._cap)
             running = await store.running_summary(self._cap)
             waiting = await store.waiting_summary(self._cap)
+            statuses = await store.count_workers()
             fresh: list[JournalCount] = []
             if self._journal_counts:
                 if self._after is None:
@@ -356,6 +360,7 @@ class DatabaseGauges(Collector):
             return
         with self._lock:
             self._up, self._queue, self._running, self._waiting = True, queue, running, waiting
+            self._workers = {status: statuses.get(status, 0) for status in WORKER_STATUSES}
             for row in fresh:
                 key = (str(row["kind"]), str(row["tool"] or ""))
                 self._journal[key] = self._journal.get(key, 0) + int(row["n"])
@@ -365,7 +370,7 @@ class DatabaseGauges(Collector):
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             queue, running, journal = list(self._queue), list(self._running), dict(self._journal)
-            waiting = list(self._waiting)
+            waiting, workers = list(self._waiting), dict(self._workers)
             up, seconds = self._up, self._seconds
         yield GaugeMetricFamily(
             "tenure_database_up", "1 if the last scrape could read the database", value=int(up)
@@ -398,6 +403,15 @@ class DatabaseGauges(Collector):
         )
         yield from self._held(running)
         yield from self._waits(waiting)
+        registry = GaugeMetricFamily(
+            "tenure_workers",
+            "Registered worker processes by status (alive, silent: unseen for three "
+            "keep-alive periods, stopped)",
+            labels=["status"],
+        )
+        for status, n in workers.items():
+            registry.add_metric([status], n)
+        yield registry
         if self._journal_counts:
             counter = CounterMetricFamily(
                 "tenure_journal_events",

@@ -61,7 +61,9 @@ def page(title: str, body: str, *, poll: str, interval: float, csrf: str | None)
 <script src="/static/dashboard.js" defer></script>
 </head>
 <body data-poll="{h(poll)}" data-interval="{interval:g}">
-<header><a href="/" class="brand">tenure</a><nav><a href="/jobs" id="nav-jobs">jobs</a></nav>
+<header><a href="/" class="brand">tenure</a>
+<nav><a href="/jobs" id="nav-jobs">jobs</a><a href="/workers">workers</a>
+<a href="/queues">queues</a></nav>
 <span class="title">{h(title)}</span>
 <span class="status" id="status">live</span>{logout}</header>
 <main>{body}</main>

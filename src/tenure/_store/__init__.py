@@ -10,13 +10,15 @@ Module map (data flows top to bottom):
     _maintenance  schedules, the job pruner, planner statistics
     _journal      the journal writer's batches and what operators read
     _runs         pipeline runs and the transaction that moves one on
+    _workers      the workers registry: register, stop, prune, list
     _store        Store: all of the above over one pool
     _lease        LeaseConnection: the heartbeat thread's own connection
     _listener     Listener: the LISTEN connection
     _queries      the .sql files' parser: ``-- name:`` statements, loaded once
     _migrate      plain-SQL migrations (migrations/*.sql)
 
-    queries/      every statement, named: jobs, waitpoints, maintenance, observe, pipeline
+    queries/      every statement, named: jobs, waitpoints, maintenance, observe, pipeline,
+                  workers
     migrations/   0001_jobs.sql ...: the only way tenure's tables are made
     schema.sql    what the migrations add up to, for reading (a test keeps it equal)
 
@@ -57,7 +59,9 @@ from ._rows import (
     OpenWaitpoint,
     OpenWaitpointRow,
     OutcomeBucket,
+    QueueArrivals,
     QueueDepth,
+    QueueFlow,
     RunningSummary,
     RunRow,
     RunSummary,
@@ -66,6 +70,9 @@ from ._rows import (
     TableIndex,
     Transition,
     WaitingSummary,
+    WorkerInfo,
+    WorkerRegistration,
+    WorkerStatus,
 )
 from ._runs import RunTransaction
 from ._store import Store
@@ -96,7 +103,9 @@ __all__ = [
     "OpenWaitpointRow",
     "OutcomeBucket",
     "PromptReconnect",
+    "QueueArrivals",
     "QueueDepth",
+    "QueueFlow",
     "RunRow",
     "RunSummary",
     "RunTransaction",
@@ -107,6 +116,9 @@ __all__ = [
     "TableIndex",
     "Transition",
     "WaitingSummary",
+    "WorkerInfo",
+    "WorkerRegistration",
+    "WorkerStatus",
     "check_dsn",
     "connect_options",
     "fresh_database",

@@ -26,7 +26,9 @@ from ._rows import (
     JournalRow,
     OpenWaitpointRow,
     OutcomeBucket,
+    QueueArrivals,
     QueueDepth,
+    QueueFlow,
     RunningSummary,
     RunSummary,
     ServerInfo,
@@ -119,6 +121,18 @@ class JournalStatements(StoreBase):
             "throughput", {"window_ms": window_ms, "bucket_ms": bucket_ms, "cap": cap}
         )
         return cast(list[OutcomeBucket], rows)
+
+    async def queue_flow(self, window_ms: int, bucket_ms: int, cap: int) -> list[QueueFlow]:
+        rows = await self._fetch(
+            "queue_flow", {"window_ms": window_ms, "bucket_ms": bucket_ms, "cap": cap}
+        )
+        return cast(list[QueueFlow], rows)
+
+    async def queue_arrivals(self, window_ms: int, bucket_ms: int, cap: int) -> list[QueueArrivals]:
+        rows = await self._fetch(
+            "queue_arrivals", {"window_ms": window_ms, "bucket_ms": bucket_ms, "cap": cap}
+        )
+        return cast(list[QueueArrivals], rows)
 
     async def journal_head(self) -> int:
         """The newest journal row's id (0 for an empty journal)."""

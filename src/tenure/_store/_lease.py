@@ -25,6 +25,7 @@ from ._connection import (
 from ._rows import (
     Extension,
     JournalRow,
+    WorkerRegistration,
     journal_params,
 )
 
@@ -108,6 +109,10 @@ class LeaseConnection:
             timeout,
         )
         return {row["id"] for row in rows}
+
+    def touch_worker(self, worker: WorkerRegistration, timeout: float) -> None:
+        """The worker's keep-alive in the registry when no extension carried it."""
+        self._run("touch_worker", worker.params, timeout)
 
     def states(self, job_ids: Sequence[int], timeout: float) -> dict[int, str]:
         _, rows = self._run("job_states", lambda: {"ids": list(job_ids)}, timeout)

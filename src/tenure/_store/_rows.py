@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from psycopg.types.json import Jsonb
 
@@ -21,6 +21,8 @@ from .._states import (
     TransitionMode,
     WaitpointState,
 )
+
+WorkerStatus = Literal["alive", "silent", "stopped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,3 +448,69 @@ class TableIndex(TypedDict):
 class JobsStatistics(TypedDict):
     analyzed_rows: float
     live_rows: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRegistration:
+    """What a worker process says about itself at start (and again if its row was pruned)."""
+
+    name: str
+    host: str
+    pid: int
+    version: str
+    tools: tuple[str, ...]
+    concurrency: int
+    keepalive_ms: int
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "host": self.host,
+            "pid": self.pid,
+            "version": self.version,
+            "tools": list(self.tools),
+            "concurrency": self.concurrency,
+            "keepalive_ms": self.keepalive_ms,
+        }
+
+
+class WorkerInfo(TypedDict):
+    """A registered worker process as `App.list_workers` returns it.
+
+    ``status`` is ``alive``, ``silent`` (not seen for three of its keep-alive periods: dead,
+    paused or cut off) or ``stopped`` (a clean shutdown). ``leases_held`` counts the running
+    jobs it owns, ``leases_expired`` those of them whose lease ran out and that nobody has
+    reclaimed yet; ``seen_ago`` is seconds since it was last seen, on the database's clock.
+    """
+
+    name: str
+    host: str
+    pid: int
+    version: str
+    tools: list[str]
+    concurrency: int
+    keepalive_ms: int
+    started_at: datetime
+    last_seen_at: datetime
+    stopped_at: datetime | None
+    leases_held: int
+    leases_expired: int
+    status: WorkerStatus
+    seen_ago: float
+
+
+class QueueFlow(TypedDict):
+    tool: str | None
+    bucket: datetime
+    running: int
+    reclaimed: int
+    succeeded: int
+    failed: int
+    capped: bool
+
+
+class QueueArrivals(TypedDict):
+    tool: str
+    bucket: datetime
+    queued: int
+    capped: bool

@@ -2,7 +2,7 @@
 
 `Store` is every group of statements over one connection pool, each group a
 module of its own along the SQL files it runs (jobs, waitpoints, maintenance,
-the journal, runs); `LeaseConnection` is the heartbeat thread's own synchronous
+the journal, runs, workers); `LeaseConnection` is the heartbeat thread's own synchronous
 connection, kept apart on purpose so that a blocked event loop cannot stop
 heartbeats; `Listener` is the LISTEN connection. Typed parameters go in and
 frozen rows come out (`tenure._store._rows`); psycopg errors that mean "bad
@@ -16,9 +16,15 @@ from ._journal import JournalStatements
 from ._maintenance import MaintenanceStatements
 from ._runs import RunStatements
 from ._waitpoints import WaitpointStatements
+from ._workers import WorkerStatements
 
 
 class Store(
-    JobStatements, WaitpointStatements, MaintenanceStatements, JournalStatements, RunStatements
+    JobStatements,
+    WaitpointStatements,
+    MaintenanceStatements,
+    JournalStatements,
+    RunStatements,
+    WorkerStatements,
 ):
     """Async access to tenure's tables through a small connection pool (see `StoreBase`)."""

@@ -10,7 +10,7 @@
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
 -- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
 --
--- tests/store/test_schema_snapshot.py applies this file to one fresh schema and the
+-- tests/integration/store/test_schema_snapshot.py applies this file to one fresh schema and the
 -- migrations to another, and compares their catalogs (columns, constraints, indexes,
 -- functions, triggers, sequences, views) and the "As of migration" line above against the
 -- newest migration. So a new migration fails that test until this file says the same:
@@ -197,6 +197,13 @@ CREATE INDEX tenure_jobs_lease_until ON tenure_jobs (lease_until);
 CREATE INDEX tenure_jobs_tenant_queued ON tenure_jobs (tenant, position)
     WHERE state = 'queued';
 
+-- (0011) Jobs enqueued per minute for the queue charts: a range scan over the window. It
+-- holds no running job, so a claim and a heartbeat (non-HOT updates) add nothing to it;
+-- running jobs are counted through tenure_jobs_lease_until. `created_at > '-infinity'` keeps
+-- the planner from taking it for statements that only say `state <> 'running'`.
+CREATE INDEX tenure_jobs_created ON tenure_jobs (created_at, id)
+    WHERE state <> 'running' AND created_at > '-infinity';
+
 -- Idempotency keys belong to their tenant: two tenants may use the same key for different
 -- calls and never see each other's job. Pipeline stages keep their keys in tenant ''.
 CREATE UNIQUE INDEX tenure_jobs_tenant_key ON tenure_jobs (tenant, idempotency_key);
@@ -205,15 +212,13 @@ CREATE UNIQUE INDEX tenure_jobs_tenant_key ON tenure_jobs (tenant, idempotency_k
 CREATE INDEX tenure_jobs_prune ON tenure_jobs (tool, prune_after)
     WHERE prune_after IS NOT NULL;
 
--- (0013) The job explorer: newest first by (created_at, id), one index per filter (none,
--- state, tool, tenant) so that every page, first or a thousand deep, is one range scan from
--- its keyset cursor. None holds a running job: a claim and every heartbeat (non-HOT updates)
--- add no entry to them; running jobs are searched through tenure_jobs_lease_until. The
--- tenant one holds only jobs that have a tenant: a single-tenant install pays nothing for it.
--- `created_at > '-infinity'` (true of every row) is stated by the explorer's statement alone,
--- so no other statement can be planned on these (the claim once was, on _tool_created).
-CREATE INDEX tenure_jobs_created ON tenure_jobs (created_at, id)
-    WHERE state <> 'running' AND created_at > '-infinity';
+-- (0013) The job explorer: newest first by (created_at, id), one index per filter (none:
+-- tenure_jobs_created above, from 0011; state, tool, tenant) so that every page, first or a
+-- thousand deep, is one range scan from its keyset cursor. Like tenure_jobs_created, none
+-- holds a running job (a claim and every heartbeat add no entry to them; running jobs are
+-- searched through tenure_jobs_lease_until), and `created_at > '-infinity'`, true of every
+-- row, is stated only by the statements meant for them (the claim's queued branch was once
+-- planned on _tool_created). The tenant one holds only jobs that have a tenant.
 CREATE INDEX tenure_jobs_state_created ON tenure_jobs (state, created_at, id)
     WHERE state <> 'running' AND created_at > '-infinity';
 CREATE INDEX tenure_jobs_tool_created ON tenure_jobs (tool, created_at, id)
@@ -552,3 +557,39 @@ CREATE TABLE tenure_secrets (
 );
 INSERT INTO tenure_secrets (name, value)
 VALUES ('waitpoint', replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''));
+
+
+-- == Workers =================================================================================
+
+-- (0011) One row per worker process: registered at start, kept alive by its heartbeat thread
+-- (folded into the lease extension, or one statement per keep-alive period when it holds
+-- none), stamped `stopped_at` by a clean shutdown, deleted by the worker pruner once not seen
+-- for its horizon. Readers call a worker silent after three of its own keep-alive periods
+-- unseen. Leases held are counted from tenure_jobs (owner, state 'running'), not stored.
+CREATE TABLE tenure_workers (
+    name          text        PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 200),
+    host          text        NOT NULL CHECK (length(host) <= 255),
+    pid           integer     NOT NULL CHECK (pid >= 0),
+    version       text        NOT NULL CHECK (length(version) <= 64),
+    tools         text[]      NOT NULL CHECK (cardinality(tools) <= 10000),
+    concurrency   integer     NOT NULL CHECK (concurrency BETWEEN 1 AND 10000),
+    keepalive_ms  integer     NOT NULL CHECK (keepalive_ms BETWEEN 100 AND 3600000),
+    started_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    last_seen_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    stopped_at    timestamptz
+);
+
+-- A worker's status on the database's clock, the one definition every reader uses: stopped
+-- after a clean shutdown, silent once unseen for three of its own keep-alive periods, else
+-- alive. VOLATILE: it reads clock_timestamp().
+CREATE FUNCTION tenure_worker_status(p_stopped_at timestamptz, p_last_seen_at timestamptz,
+                                     p_keepalive_ms integer) RETURNS text
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN p_stopped_at IS NOT NULL THEN 'stopped'
+                WHEN clock_timestamp() - p_last_seen_at
+                     > 3 * p_keepalive_ms * interval '1 millisecond' THEN 'silent'
+                ELSE 'alive' END
+$$;
+
+-- The worker pruner's walk of rows not seen since its horizon.
+CREATE INDEX tenure_workers_last_seen ON tenure_workers (last_seen_at);

@@ -7,6 +7,11 @@ done, the event loop answered recently (for async tools), and the time limit
 has not passed. An unobservable job is simply not extended; its lease runs out
 and the work goes to someone who can be watched.
 
+The same thread keeps the worker's row in the registry alive (`tenure_workers`): every
+extension also stamps it, and when no extension went out for a keep-alive period (no
+leases held) one cheap statement does. So a worker counts as alive exactly while this
+thread can reach the database, whatever its event loop is doing.
+
 Zero rows for a job means the lease is lost: the tool is stopped and the
 heartbeat is never retried. A database error means ownership is unknown: the
 tool may not start a new irreversible step, and the thread keeps trying only
@@ -26,7 +31,7 @@ from typing import Self
 import psycopg
 
 from .._log import log_event
-from .._store import ClaimedJob, JournalRow, LeaseConnection
+from .._store import ClaimedJob, JournalRow, LeaseConnection, WorkerRegistration
 from ._ownership import Ownership
 
 logger = logging.getLogger("tenure.heartbeat")
@@ -38,6 +43,7 @@ WATCH_INTERVAL = 0.02
 MAX_BACKLOG = 10_000
 PROGRESS_INTERVAL = 0.25  # at most this often one progress statement for the whole process
 PROGRESS_TIMEOUT = 1.0
+KEEPALIVE_TIMEOUT = 1.0
 
 
 def _code(detail: dict[str, object]) -> str | None:
@@ -68,9 +74,19 @@ class Held:
 class HeartbeatThread:
     """Extends held leases; reports lost ones through each job's ``on_end``."""
 
-    def __init__(self, dsn: str, owner: str) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        owner: str,
+        registration: WorkerRegistration | None = None,
+    ) -> None:
         self._conn = LeaseConnection(dsn)
         self._owner = owner
+        # The registry's keep-alive: when the last statement that stamped this worker's row
+        # was sent (monotonic), and how often one must go out.
+        self._registration = registration
+        self._keepalive = registration.keepalive_ms / 1000 if registration else 0.0
+        self._seen_at = time.monotonic()
         self._held: dict[int, Held] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -176,14 +192,32 @@ class HeartbeatThread:
                     logger.exception("heartbeat tick failed")
             self._flush_journal()
             self._flush_progress()
+            self._keep_alive()
             with self._lock:
                 now = time.monotonic()
                 soonest = min((h.next_beat for h in self._held.values()), default=now + 1)
                 if self._progress:
                     soonest = min(soonest, self._progress_at)
+                if self._registration is not None:
+                    soonest = min(soonest, self._seen_at + self._keepalive)
                 self._beat_at = max(min(soonest, now + 1), now)
             self._wake.wait(self._beat_at - now)
             self._wake.clear()
+
+    def _keep_alive(self) -> None:
+        """Stamp the registry row unless an extension did so within the keep-alive period.
+        A failure is only a missed stamp: the next period tries again, and readers call
+        the worker silent only after three."""
+        if self._registration is None or time.monotonic() < self._seen_at + self._keepalive:
+            return
+        sent_at = time.monotonic()
+        try:
+            self.statements += 1
+            self._conn.touch_worker(self._registration, KEEPALIVE_TIMEOUT)
+        except psycopg.Error:
+            self._seen_at = time.monotonic() - self._keepalive / 2  # again in half a period
+            return
+        self._seen_at = sent_at
 
     def _flush_progress(self) -> None:
         """Write the waiting progress reports in one fenced statement. A report the
@@ -263,6 +297,7 @@ class HeartbeatThread:
                         since_confirmed=round(failed_at - item.ownership.confirmed_at, 3),
                     )
             return
+        self._seen_at = failed_at  # the extension stamped the registry row too
         by_id = {h.job.id: h for h in live}
         lost: list[Held] = []
         for answer in answers:

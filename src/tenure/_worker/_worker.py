@@ -21,7 +21,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -34,10 +34,11 @@ from .._maintenance._rescuer import Rescuer, RescuerConfig
 from .._maintenance._scheduler import Scheduler, SchedulerConfig
 from .._maintenance._service import Service
 from .._maintenance._statistics import StatisticsConfig, StatisticsKeeper
+from .._maintenance._worker_pruner import WorkerPruner, WorkerPrunerConfig
 from .._observe import _tracing
 from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
-from .._store import ClaimedJob, Listener, Store
+from .._store import ClaimedJob, Listener, Store, WorkerRegistration
 from ._completer import Completer
 from ._executor import Abandoned, Executor, Stopped
 from ._heartbeat import HeartbeatThread, Held
@@ -60,6 +61,10 @@ CREDENTIAL_VARIABLES = (
 PULSE_INTERVAL = 0.05
 START_SLICE = 100  # job starts between two yields to the event loop
 EXPIRY_SLACK = 0.005  # wake this long after a foreign lease's end, so it has surely passed
+KEEPALIVE = 5.0  # seconds between the registry's keep-alives when no extension carried one
+KEEPALIVE_RANGE = (0.1, 3600.0)
+UNREGISTER_TIMEOUT = 2.0
+MAX_NAME = 200  # the journal's and the workers registry's bound
 
 
 async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
@@ -89,7 +94,12 @@ class Worker:
     Each maintenance service takes its config, with defaults: ``rescuer``
     (`RescuerConfig`: expired leases, stuck runs, waitpoint deadlines),
     ``journal_pruner`` (`JournalPrunerConfig`), ``job_pruner`` (`JobPrunerConfig`),
-    ``scheduler`` (`SchedulerConfig`) and ``statistics`` (`StatisticsConfig`).
+    ``scheduler`` (`SchedulerConfig`), ``statistics`` (`StatisticsConfig`) and
+    ``worker_pruner`` (`WorkerPrunerConfig`: registry rows of workers unseen too long).
+
+    The worker registers itself in ``tenure_workers`` at start (`App.list_workers`,
+    ``tenure workers``); its heartbeat thread keeps the row alive at least every
+    ``keepalive`` seconds, and readers call it silent after three periods unseen.
     """
 
     def __init__(
@@ -109,6 +119,8 @@ class Worker:
         scheduler: SchedulerConfig | None = None,
         job_pruner: JobPrunerConfig | None = None,
         statistics: StatisticsConfig | None = None,
+        worker_pruner: WorkerPrunerConfig | None = None,
+        keepalive: float = KEEPALIVE,
     ) -> None:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise PolicyError(f"concurrency={concurrency} is outside [1, {MAX_CONCURRENCY}]")
@@ -120,8 +132,21 @@ class Worker:
             raise PolicyError(f"grace={grace} is outside [0, 3600] s")
         if not app.tools:
             raise PolicyError("the app has no registered tools; a worker would have nothing to do")
+        low, high = KEEPALIVE_RANGE
+        if (
+            isinstance(keepalive, bool)
+            or not isinstance(keepalive, int | float)
+            or not low <= keepalive <= high
+        ):
+            raise PolicyError(f"keepalive={keepalive!r} is outside [{low:g}, {high:g}] s")
         if metrics_port is not None and not 0 <= metrics_port <= 65535:
             raise PolicyError(f"metrics_port={metrics_port} is outside [0, 65535]")
+        if name is not None and not (
+            isinstance(name, str) and 1 <= len(name) <= MAX_NAME and name.isprintable()
+        ):
+            raise PolicyError(
+                f"a worker's name must be 1 to {MAX_NAME} printable characters, got {name!r:.60}"
+            )
         self.app = app
         self.name = name or default_worker_name()
         self.concurrency = concurrency
@@ -138,6 +163,8 @@ class Worker:
         self._scheduler_config = scheduler or SchedulerConfig()
         self._job_pruner_config = job_pruner or JobPrunerConfig()
         self._statistics = statistics or StatisticsConfig()
+        self._worker_pruner_config = worker_pruner or WorkerPrunerConfig()
+        self.keepalive = keepalive
         self._limited = bool(app.limits)  # keyed jobs need the admitting claim
         self._lease_ms = {name: spec.policy.lease.lease_ms for name, spec in app.tools.items()}
         self._active: dict[int, asyncio.Task[None]] = {}
@@ -181,12 +208,17 @@ class Worker:
                 stack.callback(_remove_signal_handlers, loop)
             store = await stack.enter_async_context(Store(dsn, max_size=4))
             self._waitpoint_secret = await store.waitpoint_secret()
+            registration = self._registration()
+            await store.register_worker(registration)
+            # Runs after the heartbeat thread has stopped (the stack unwinds in reverse), so
+            # no keep-alive can follow the stop.
+            stack.push_async_callback(self._unregister, store)
             telemetry = await stack.enter_async_context(
                 WorkerTelemetry(self.app, self.name, store, self._telemetry)
             )
             self.metrics_url = telemetry.metrics_url
             executor = Executor()
-            heartbeat = stack.enter_context(HeartbeatThread(dsn, self.name))
+            heartbeat = stack.enter_context(HeartbeatThread(dsn, self.name, registration))
             completer = await stack.enter_async_context(
                 Completer(store, self.name, self._count, stages=Transitions(store))
             )
@@ -224,7 +256,31 @@ class Worker:
             ),
             JobPruner(store, list(self._lease_ms), self._job_pruner_config),
             StatisticsKeeper(store, self._statistics),
+            WorkerPruner(store, self._worker_pruner_config),
         ]
+
+    def _registration(self) -> WorkerRegistration:
+        from .. import __version__
+
+        return WorkerRegistration(
+            name=self.name,
+            host=socket.gethostname()[:255],
+            pid=os.getpid(),
+            version=__version__,
+            tools=tuple(sorted(self._lease_ms)),
+            concurrency=self.concurrency,
+            keepalive_ms=round(self.keepalive * 1000),
+        )
+
+    async def _unregister(self, store: Store) -> None:
+        """Mark this process's registry row stopped; if the database is gone, the row
+        simply goes silent (and is pruned in time), which is what readers then see."""
+        try:
+            async with asyncio.timeout(UNREGISTER_TIMEOUT):  # a dead server must not hold it up
+                await store.stop_worker(self.name, os.getpid())
+        except (psycopg.Error, OSError, TimeoutError) as exc:
+            failure: dict[str, Any] = {"error": type(exc).__name__, "level": logging.WARNING}
+            log_event(logger, "worker_unregister_failed", worker=self.name, **failure)
 
     def _log_stopped(self) -> None:
         log_event(

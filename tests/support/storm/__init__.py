@@ -1,6 +1,6 @@
 """Storms: many jobs, several workers, one nemesis, then a checker's verdict.
 
-Test tooling, not shipped in the wheel: the quick storms of ``tests/storms`` and the
+Test tooling, not shipped in the wheel: the quick storms of ``tests/system/storms`` and the
 long soaks of ``bench/soak`` run it. It builds on the fault harness that ``tenure
 chaos`` ships (``tenure._chaos``: `Supervisor`, `FaultProxy`, the history):
 

@@ -38,7 +38,8 @@
         return;
       }
       if (!response.ok) throw new Error("HTTP " + response.status);
-      const fragments = await response.json();
+      const data = await response.json();
+      const fragments = data.fragments || data; // /api/workers, /api/queues: records + fragments
       for (const [id, html] of Object.entries(fragments)) {
         const target = document.getElementById(id);
         if (target) target.innerHTML = html;

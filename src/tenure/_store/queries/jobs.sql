@@ -153,6 +153,12 @@ WITH held AS (
       AND j.state = 'running'
       AND j.lease_until > clock_timestamp()
     RETURNING j.id, j.lease_until
+), seen AS (
+    -- The beat is also the worker's keep-alive in the registry (migration 0011): one row by
+    -- primary key, in the statement the heartbeat thread sends anyway. Runs whether or not
+    -- anything reads it (a data-modifying CTE always does); zero rows if the worker never
+    -- registered, which costs nothing.
+    UPDATE tenure_workers SET last_seen_at = clock_timestamp() WHERE name = %(owner)s
 )
 SELECT h.id, e.lease_until, clock_timestamp() AS db_now
 FROM held h LEFT JOIN extended e ON e.id = h.id

@@ -224,6 +224,54 @@ JOIN pg_class t ON t.oid = x.indrelid
 WHERE x.indrelid = ANY(ARRAY[to_regclass('tenure_jobs'), to_regclass('tenure_events')]::oid[])
 ORDER BY t.relname, i.relname
 
+-- name: queue_flow
+-- The queue charts' journal side: per tool and bucket over the window, jobs that started
+-- running (claims), were reclaimed (claims that took over an expired lease), succeeded or
+-- failed. Read newest first through tenure_events_at, at most `cap` rows; `capped` says the
+-- oldest buckets may be short. Buckets are aligned in UTC, whatever the session's TimeZone.
+SELECT tool,
+       date_bin(%(bucket_ms)s * interval '1 millisecond', at, timestamptz '2000-01-01 00:00+00') AS bucket,
+       count(*) FILTER (WHERE kind = 'job_claimed') AS running,
+       count(*) FILTER (WHERE kind = 'job_claimed' AND detail ? 'previous_token') AS reclaimed,
+       count(*) FILTER (WHERE kind = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE kind = 'failed') AS failed,
+       sum(count(*)) OVER () >= %(cap)s AS capped
+FROM (
+    SELECT tool, kind, at, detail FROM tenure_events
+    WHERE at >= (SELECT clock_timestamp()) - %(window_ms)s * interval '1 millisecond'
+      AND kind IN ('job_claimed', 'succeeded', 'failed')
+    ORDER BY at DESC
+    LIMIT %(cap)s
+) AS recent
+GROUP BY tool, bucket
+ORDER BY bucket
+
+-- name: queue_arrivals
+-- The queue charts' enqueue side: jobs created per tool and bucket over the window (enqueues
+-- are not journaled). Jobs not running are read newest first through tenure_jobs_created
+-- (its predicate repeated, so the planner can prove it applies), running ones through
+-- tenure_jobs_lease_until (lease_until is NULL outside 'running'); at most `cap` rows each.
+-- Jobs already pruned are not counted.
+SELECT tool,
+       date_bin(%(bucket_ms)s * interval '1 millisecond', created_at,
+                timestamptz '2000-01-01 00:00+00') AS bucket,
+       count(*) AS queued,
+       sum(count(*)) OVER () >= %(cap)s AS capped
+FROM (
+    (SELECT tool, created_at FROM tenure_jobs
+     WHERE state <> 'running' AND created_at > '-infinity'
+       AND created_at >= (SELECT clock_timestamp()) - %(window_ms)s * interval '1 millisecond'
+     ORDER BY created_at DESC
+     LIMIT %(cap)s)
+    UNION ALL
+    (SELECT tool, created_at FROM tenure_jobs
+     WHERE lease_until > '-infinity' AND state = 'running'
+       AND created_at >= (SELECT clock_timestamp()) - %(window_ms)s * interval '1 millisecond'
+     LIMIT %(cap)s)
+) AS recent
+GROUP BY tool, bucket
+ORDER BY bucket
+
 -- name: search_jobs
 -- The dashboard's job explorer and App.search_jobs: newest first by (created_at, id), every
 -- filter optional, the page after a keyset cursor (after_at, after_id), never OFFSET. The

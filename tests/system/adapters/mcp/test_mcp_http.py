@@ -1,0 +1,163 @@
+# ruff: noqa: E402
+"""Streamable HTTP, on loopback only: ``tenure mcp --http`` as a subprocess, its bind and token
+rules (the dashboard's), and the SDK's own bearer auth giving callers a scope that outlives
+their sessions."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.system.adapters.mcp.sdk import needs_sdk
+
+needs_sdk()  # before the SDK's imports below, hence E402
+
+import httpx
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from pydantic import AnyHttpUrl
+from tests.integration.fence.helpers import serve
+from tests.support.waiting import wait_until
+from tests.support.workers import REPO_ROOT, WorkerProcess
+from tests.system.adapters.mcp.helpers import jobs, key, text_of
+
+from tenure import App, ConfigError
+from tenure.mcp import META_KEY, TOKEN_ENV, http_app, server
+
+APP = "tests.apps.mcp_app:app"
+TOKEN = "a-token-of-twenty-chars"
+_URL = re.compile(r"tenure mcp: (http://\S+)")
+
+
+@pytest.fixture
+def served(tenure_dsn: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """``tenure mcp --http --port 0`` (loopback): its URL and its stderr."""
+    err = tmp_path / "mcp-http.err"
+    with err.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tenure", "mcp", APP, "--http", "--port", "0"],
+            cwd=REPO_ROOT,
+            env={**os.environ, "TENURE_DSN": tenure_dsn, TOKEN_ENV: ""},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    try:
+        wait_until(
+            lambda: _URL.search(err.read_text()) or process.poll() is not None,
+            timeout=30,
+            message="tenure mcp --http never printed its URL",
+        )
+        found = _URL.search(err.read_text())
+        assert found is not None, err.read_text()
+        yield found.group(1), err
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def job_of(result: Any) -> dict[str, Any]:
+    job: dict[str, Any] = result.meta[META_KEY]
+    return job
+
+
+async def test_tenure_mcp_http_serves_both_eras_on_loopback(
+    served: tuple[str, Path], worker: WorkerProcess, tenure_dsn: str
+) -> None:
+    url, err = served
+    async with Client(url) as modern:  # probes server/discover: the stateless 2026 wire
+        assert modern.protocol_version == "2026-07-28"
+        result = await modern.call_tool("echo", {"text": "over http"})
+    assert text_of(result) == "over http", err.read_text()
+    # The 2025 handshake: a stateful session, the scope of its keys.
+    async with Client(url, mode="legacy") as one, Client(url, mode="legacy") as two:
+        first = await one.call_tool("echo", {"text": "a"}, meta=key("k"))
+        again = await one.call_tool("echo", {"text": "a"}, meta=key("k"))
+        other = await two.call_tool("echo", {"text": "a"}, meta=key("k"))
+    assert job_of(again) == {**job_of(first), "created": False}
+    assert job_of(other)["created"] is True and job_of(other)["id"] != job_of(first)["id"]
+    tenants = [r["tenant"] for r in jobs(tenure_dsn, "echo")]
+    assert len(set(tenants)) == 3, tenants  # the stateless call, then one per session
+
+
+def test_a_bind_beyond_loopback_needs_a_token_like_the_dashboard(tenure_dsn: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tenure", "mcp", APP, "--http", "--host", "0.0.0.0"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "TENURE_DSN": tenure_dsn, TOKEN_ENV: ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "refusing to serve the MCP server on 0.0.0.0" in done.stderr, done.stderr
+    assert TOKEN_ENV in done.stderr
+    with pytest.raises(ConfigError, match="at least 16 characters"):
+        http_app(App(tenure_dsn), token="short", host="127.0.0.1")
+
+
+async def test_with_a_token_every_request_must_carry_it(app: App, worker: WorkerProcess) -> None:
+    with serve(http_app(app, token=TOKEN)) as base:
+        refused = httpx.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert refused.status_code == 401
+        assert refused.headers["www-authenticate"] == "Bearer"
+        wrong = httpx.post(f"{base}/mcp", json={}, headers={"Authorization": f"Bearer {TOKEN}x"})
+        assert wrong.status_code == 401
+        async with bearer(f"{base}/mcp", TOKEN) as client:
+            result = await client.call_tool("echo", {"text": "let in"})
+    assert text_of(result) == "let in"
+    with serve(http_app(app)) as base:  # loopback without a token; Host must name us
+        rebound = httpx.post(f"{base}/mcp", json={}, headers={"Host": "attacker.example"})
+        assert rebound.status_code == 421
+
+
+class _Verifier:
+    """The SDK's bearer auth with two users: each token is its own principal."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if token not in ("alice-token", "bob-token"):
+            return None
+        return AccessToken(token=token, client_id=token.split("-")[0], scopes=[])
+
+
+@asynccontextmanager
+async def bearer(url: str, token: str, mode: str = "auto") -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"}
+    timeout = httpx2.Timeout(30.0, read=300.0)
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+            yield client
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_an_authenticated_principal_finds_its_jobs_from_any_session_and_only_its_own(
+    app: App, worker: WorkerProcess, tenure_dsn: str, mode: str
+) -> None:
+    asgi = server(app).streamable_http_app(
+        auth=AuthSettings(issuer_url=AnyHttpUrl("http://127.0.0.1:9"), resource_server_url=None),
+        token_verifier=_Verifier(),
+    )
+    with serve(asgi) as base:
+        url = f"{base}/mcp"
+        async with bearer(url, "alice-token", mode) as alice:
+            first = await alice.call_tool("echo", {"text": "mine"}, meta=key("report"))
+        async with bearer(url, "alice-token", mode) as alice_again:  # a new connection
+            again = await alice_again.call_tool("echo", {"text": "mine"}, meta=key("report"))
+        async with bearer(url, "bob-token", mode) as bob:
+            theirs = await bob.call_tool("echo", {"text": "other"}, meta=key("report"))
+    assert job_of(again) == {**job_of(first), "created": False}
+    assert job_of(theirs)["created"] is True and text_of(theirs) == "other"
+    tenants = [r["tenant"] for r in jobs(tenure_dsn, "echo")]
+    assert len(tenants) == 2 and len(set(tenants)) == 2
+    assert all(t.startswith("mcp:user:") for t in tenants), tenants

@@ -1,0 +1,93 @@
+"""The README's fenced tool, run as written by a real worker: one HTTP client per process.
+
+The example is taken from the README, pointed at a local service instead of
+``http://cases.internal``, and loaded by ``tenure worker``. Building an
+``httpx.AsyncClient`` per call costs a TLS context on the event loop each time
+(twenty at once withheld heartbeats); a shared client also keeps its connection,
+so the service sees every call arrive on the one connection.
+"""
+
+from __future__ import annotations
+
+import re
+import runpy
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from tests.support.workers import Journal, WorkerGroup, wait_job
+
+from tenure._observe._http import ServerThread
+
+ROOT = Path(__file__).resolve().parents[3]
+CALLS = 6
+ENDED = ("succeeded", "failed", "cancelled")
+
+
+def sending_side() -> str:
+    """The first Python block of the README's fence section: the tool that sends."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Side effects that happen once", 1)[1].split("\n## ", 1)[0]
+    blocks: list[str] = re.findall(r"```python\n(.+?)\n```", section, re.S)
+    assert blocks and "@app.tool(" in blocks[0], section[:2000]
+    return blocks[0]
+
+
+@pytest.fixture
+def cases_service() -> Iterator[tuple[str, list[int]]]:
+    """``POST /cases`` answering 201 with a case id; yields its URL and each call's client
+    port (one port per TCP connection)."""
+    ports: list[int] = []
+
+    async def create(request: Request) -> JSONResponse:
+        await request.body()
+        assert request.client is not None
+        ports.append(request.client.port)
+        return JSONResponse({"case_id": len(ports)}, status_code=201)
+
+    server = ServerThread(
+        Starlette(routes=[Route("/cases", create, methods=["POST"])]), "127.0.0.1", 0
+    )
+    url = server.start()
+    try:
+        yield url, ports
+    finally:
+        server.stop()
+
+
+def test_the_readme_tool_shares_one_client_across_calls(
+    tenure_dsn: str,
+    tmp_path: Path,
+    cases_service: tuple[str, list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url, ports = cases_service
+    code = sending_side()
+    assert '"http://cases.internal"' in code
+    module = tmp_path / "readme_tool.py"
+    module.write_text(
+        "import tenure\napp = tenure.App()\n\n" + code.replace('"http://cases.internal"', repr(url))
+    )
+    monkeypatch.setenv("TENURE_DSN", tenure_dsn)
+    producer = runpy.run_path(str(module))["app"]
+    journal = Journal(tenure_dsn)
+    with WorkerGroup(tenure_dsn, tmp_path, app="readme_tool:app") as workers:
+        worker = workers.spawn("readme", env={"PYTHONPATH": str(tmp_path)})
+        worker.wait_started()
+        try:
+            jobs = [
+                producer.enqueue_sync("open_case", {"customer_id": f"c-{n}"}) for n in range(CALLS)
+            ]
+            for job in jobs:
+                row = wait_job(journal, job.id, lambda r: r["state"] in ENDED, "", workers)
+                assert row["state"] == "succeeded", (row, worker.log())
+        finally:
+            producer.close()
+    assert len(ports) == CALLS
+    # Sequential calls (concurrency 1) on one client reuse its connection; a client per
+    # call opens one connection per call.
+    assert len(set(ports)) == 1, ports
