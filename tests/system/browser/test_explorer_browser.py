@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 from tests.integration.observe.helpers import wait_done
+from tests.integration.pipeline.stage_app import build_app
 from tests.support.waiting import wait_until
 from tests.support.workers import Journal, WorkerGroup, WorkerProcess, wait_job
 from tests.system.browser.conftest import TOKEN, Scene
 
-from tenure import App, Context, Stage, Verdict
+from tenure import App
 
 pytestmark = pytest.mark.storage
 
@@ -233,39 +234,14 @@ def test_progress_follows_the_call_live(
     page.close()
 
 
-def review_app(dsn: str) -> App:
-    """A pipeline as a user declares one: develop → QA gate (reject → correct → QA again)
-    → SecOps gate. No worker runs it here: the graph comes from the run's own copy."""
-    app = App(dsn)
-
-    @app.tool(lease=30.0, heartbeat=5.0, jitter=1.0)
-    async def work(ctx: Context, stage: str) -> dict[str, str]:
-        return {stage: "done"}
-
-    @app.tool(lease=30.0, heartbeat=5.0, jitter=1.0)
-    async def gate(ctx: Context, stage: str) -> Verdict:
-        return Verdict("approve")
-
-    app.pipeline(
-        "review",
-        [
-            Stage("develop", tool="work", next="qa"),
-            Stage("qa", tool="gate", on={"approve": "secops", "reject": "correct"}),
-            Stage("correct", tool="work", next="qa"),
-            Stage("secops", tool="gate", on={"approve": (), "reject": "correct"}),
-        ],
-    )
-    return app
-
-
 def test_a_pipeline_run_is_drawn_as_its_graph(
     browser: Any, board: dict[str, str], tenure_dsn: str, artifacts: Path
 ) -> None:
     from playwright.sync_api import expect
 
-    app = review_app(tenure_dsn)
+    app = build_app(tenure_dsn)  # the pipeline tests' app: develop → QA → SecOps, with loops
     try:
-        run = app.start_run_sync("review", {"ticket": 7})
+        run = app.start_run_sync("review", {})
     finally:
         app.close()
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
