@@ -1,5 +1,5 @@
-"""The README's "From an agent" example runs as written, against a real PostgreSQL, and
-prints what the README says it prints."""
+"""The "From an agent" example (docs/guides/agents.md) runs as written, against a real
+PostgreSQL, and prints what the page says it prints."""
 
 from __future__ import annotations
 
@@ -10,25 +10,17 @@ import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-MARKER = "<!-- example: from-an-agent"
+from tests.support.docs import example
 
 pytestmark = pytest.mark.storage
 
 
-def example() -> tuple[str, str]:
-    """The example's code and the output the README shows for it."""
-    text = (ROOT / "README.md").read_text()
-    after = text.split(MARKER, 1)[1]
-    code, shown = re.findall(r"```(?:python)?\n(.*?)\n```", after, re.S)[:2]
-    return code, shown
-
-
-def test_the_from_an_agent_example_runs_and_prints_what_the_readme_says(
+def test_the_from_an_agent_example_runs_and_prints_what_the_page_says(
     tenure_dsn: str, tmp_path: Path
 ) -> None:
-    code, shown = example()
+    block = example("from-an-agent")
+    code, shown = block.code, block.shown
+    assert shown is not None, block.where
     script = tmp_path / "agent_example.py"
     script.write_text(code)
     env = {**os.environ, "TENURE_DSN": tenure_dsn, "PYTHONUNBUFFERED": "1"}

@@ -1,4 +1,5 @@
-"""The README's tracing example runs as written and prints one trace, as the README shows."""
+"""The tracing example (docs/operations/tracing.md) runs as written and prints one trace,
+as the page shows."""
 
 from __future__ import annotations
 
@@ -6,21 +7,11 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-MARKER = "<!-- example: traces"
+from tests.support.docs import example
 
 pytestmark = pytest.mark.storage
-
-
-def example() -> tuple[str, str]:
-    """The example's code and the output the README shows for it."""
-    after = (ROOT / "README.md").read_text().split(MARKER, 1)[1]
-    code, shown = re.findall(r"```(?:python)?\n(.*?)\n```", after, re.S)[:2]
-    return code, shown
 
 
 def shape(lines: list[str]) -> tuple[list[str], set[str]]:
@@ -29,8 +20,10 @@ def shape(lines: list[str]) -> tuple[list[str], set[str]]:
     return [re.sub(r"trace=[0-9a-f]{32}", "trace=<id>", line) for line in lines], ids
 
 
-def test_the_tracing_example_prints_one_trace_as_the_readme_says(tenure_dsn: str) -> None:
-    code, shown = example()
+def test_the_tracing_example_prints_one_trace_as_the_page_says(tenure_dsn: str) -> None:
+    block = example("traces")
+    code, shown = block.code, block.shown
+    assert shown is not None, block.where
     env = {**os.environ, "TENURE_DSN": tenure_dsn, "PYTHONUNBUFFERED": "1"}
     run = [sys.executable, "-c", code]
     done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120)

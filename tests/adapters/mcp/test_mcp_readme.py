@@ -1,14 +1,13 @@
 # ruff: noqa: E402
-"""The README's MCP block builds the server it says, over the tools it declares."""
+"""The MCP example (docs/guides/mcp.md) builds the server it says, over the tools it declares."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.adapters.mcp.sdk import needs_sdk
+from tests.support.docs import example
 
 needs_sdk()  # before the SDK's imports below, hence E402
 
@@ -17,26 +16,18 @@ from mcp.server.lowlevel import Server
 
 from tenure import App
 
-ROOT = Path(__file__).resolve().parents[3]
-MARKER = "<!-- example: mcp"
-
 pytestmark = pytest.mark.storage
 
 
-def block() -> str:
-    after = (ROOT / "README.md").read_text().split(MARKER, 1)[1]
-    code: str = re.findall(r"```python\n(.*?)\n```", after, re.S)[0]
-    return code
-
-
-async def test_the_readme_mcp_block_serves_its_tool(
+async def test_the_mcp_example_serves_its_tool(
     tenure_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    code = block()
+    block = example("mcp")
+    code = block.code
     assert len(code.splitlines()) < 15
     monkeypatch.setenv("TENURE_DSN", tenure_dsn)
     namespace: dict[str, Any] = {}
-    exec(compile(code, "README.md", "exec"), namespace)  # our own README
+    exec(compile(code, block.where, "exec"), namespace)  # our own docs
     app: App = namespace["app"]
     try:
         assert isinstance(namespace["mcp_server"], Server)

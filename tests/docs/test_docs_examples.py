@@ -1,0 +1,75 @@
+"""The documentation's examples are code that runs: every marked block is run by the test
+its marker names, the plain ones here, and every Python block on every page at least
+compiles."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.support.docs import ROOT, Example, code_blocks, examples, markers
+
+HERE = "tests/docs/test_docs_examples.py"
+
+
+def plain() -> list[Example]:
+    """The examples this file runs: a script, a database, and what it prints."""
+    return [found for found in examples().values() if found.runner == HERE]
+
+
+def test_every_marker_is_well_formed_and_found() -> None:
+    found = examples()
+    assert len(markers()) == len(found), (
+        "a <!-- example: --> line that the collector does not read (its form: "
+        "<!-- example: NAME (tests/path/test_x.py runs this block) -->, then the block): "
+        f"{[line for _, line in markers()]}"
+    )
+    # The examples the tests were written for are where the pages say.
+    assert {"readme", "from-an-agent", "mcp", "traces", "fence-tool"} <= set(found)
+
+
+def test_every_example_is_asked_for_by_the_test_its_marker_names() -> None:
+    for found in examples().values():
+        runner = ROOT / found.runner
+        assert runner.is_file(), f"{found.where}: {found.runner} does not exist"
+        if found.runner != HERE:
+            assert f'example("{found.name}")' in runner.read_text(encoding="utf-8"), (
+                f"{found.where}: {found.runner} never runs example {found.name!r}"
+            )
+
+
+def test_every_python_block_compiles() -> None:
+    """Fragments too: top-level ``await`` is allowed, a syntax error in a page is not."""
+    blocks = code_blocks("python")
+    assert len(blocks) >= 15  # as many as the pages have today: none was skipped
+    for page, line, code in blocks:
+        try:
+            compile(code, f"{page.relative_to(ROOT)}:{line}", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        except SyntaxError as error:
+            pytest.fail(f"{page.relative_to(ROOT)}:{line}: {error}")
+
+
+@pytest.mark.storage
+@pytest.mark.parametrize("found", plain(), ids=lambda found: found.name)
+def test_the_example_runs_and_prints_what_its_page_says(
+    found: Example, tenure_dsn: str, tmp_path: Path
+) -> None:
+    script = tmp_path / f"{found.name.replace('-', '_')}.py"
+    script.write_text(found.code, encoding="utf-8")
+    env = {**os.environ, "TENURE_DSN": tenure_dsn, "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"{found.where}\n{done.stdout}{done.stderr}"
+    if found.shown is not None:
+        assert done.stdout.splitlines() == found.shown.splitlines(), found.where

@@ -1,0 +1,99 @@
+"""The documentation's runnable examples: one way to mark them, one way to find them.
+
+A block is an example when the line before it is
+``<!-- example: NAME (tests/path/test_x.py runs this block) -->``, in README.md or in any
+page under docs/. If the block is followed by a line starting with "prints" and then a
+second fenced block, that block is what the example prints. Each example is run by the
+test its marker names (tests/docs/test_docs_examples.py runs those that need nothing more than
+a database and checks that every named test really asks for its example).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+
+MARKER = re.compile(
+    r"^<!-- example: (?P<name>[a-z0-9-]+) \((?P<runner>tests/[\w/]+\.py) runs this block\) -->\n"
+    r"```(?P<lang>\w*)\n(?P<code>.*?)\n```\n"
+    r"(?:\n(?P<says>prints[^\n]*)\n\n```\w*\n(?P<shown>.*?)\n```\n)?",
+    re.MULTILINE | re.DOTALL,
+)
+FENCE = re.compile(r"^```(\w*)\n(.*?)\n```$", re.MULTILINE | re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One marked block: where it is, the test that runs it, its code and its output."""
+
+    name: str
+    page: Path
+    line: int
+    runner: str
+    code: str
+    shown: str | None
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def pages() -> list[Path]:
+    """README.md and every Markdown page of the site."""
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def examples() -> dict[str, Example]:
+    """Every marked example, by name (a name used twice is an error)."""
+    found: dict[str, Example] = {}
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        for match in MARKER.finditer(text):
+            name = match["name"]
+            assert name not in found, f"example {name!r} is marked twice"
+            found[name] = Example(
+                name=name,
+                page=page,
+                line=text.count("\n", 0, match.start()) + 1,
+                runner=match["runner"],
+                code=match["code"],
+                shown=match["shown"],
+            )
+    return found
+
+
+def example(name: str) -> Example:
+    """The example marked NAME; fails loudly if no page marks it."""
+    found = examples()
+    assert name in found, f"no page marks an example {name!r} (have {sorted(found)})"
+    return found[name]
+
+
+def markers() -> list[tuple[Path, str]]:
+    """Every ``<!-- example:`` line, well formed or not (a typo must not hide a block)."""
+    return [
+        (page, line)
+        for page in pages()
+        for line in page.read_text(encoding="utf-8").splitlines()
+        if line.startswith("<!-- example:")
+    ]
+
+
+def code_blocks(language: str) -> list[tuple[Path, int, str]]:
+    """Every fenced block in LANGUAGE on every page: (page, line, code)."""
+    blocks = []
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        for match in FENCE.finditer(text):
+            if match[1] == language:
+                blocks.append((page, text.count("\n", 0, match.start()) + 1, match[2]))
+    return blocks
+
+
+def section(page: str) -> str:
+    """The text of one page of the site, ``docs/<page>``."""
+    return (DOCS / page).read_text(encoding="utf-8")
