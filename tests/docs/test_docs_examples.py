@@ -48,7 +48,9 @@ def test_every_python_block_compiles() -> None:
     assert len(blocks) >= 15  # as many as the pages have today: none was skipped
     for page, line, code in blocks:
         try:
-            compile(code, f"{page.relative_to(ROOT)}:{line}", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            compile(
+                code, f"{page.relative_to(ROOT)}:{line}", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+            )
         except SyntaxError as error:
             pytest.fail(f"{page.relative_to(ROOT)}:{line}: {error}")
 

@@ -81,7 +81,11 @@ def documented_metrics() -> tuple[set[str], set[str]]:
 def test_every_metric_is_documented_and_every_documented_metric_exists() -> None:
     real = code_metrics()
     named, table = documented_metrics()
-    assert {"tenure_jobs_claimed_total", "tenure_queue_depth", "tenure_fence_decisions_total"} <= real
+    assert {
+        "tenure_jobs_claimed_total",
+        "tenure_queue_depth",
+        "tenure_fence_decisions_total",
+    } <= real
     assert real <= named, f"undocumented metrics: {sorted(real - named)}"
     assert table <= real, f"the table lists metrics that do not exist: {sorted(table - real)}"
 
