@@ -10,7 +10,9 @@ import re
 
 from tests.support.docs import ROOT, section
 
+from tenure import LeasePolicy
 from tenure._cli import _parser
+from tenure._policy import MAX_ATTEMPTS, MAX_LEASE, MAX_TIME_LIMIT, MIN_LEASE
 
 SOURCE = ROOT / "src" / "tenure"
 
@@ -105,3 +107,18 @@ def test_every_environment_variable_is_documented() -> None:
     assert {"TENURE_DSN", "TENURE_SIGNING_KEY"} <= real
     documented = set(re.findall(r"`(TENURE_[A-Z_]+)", section("reference/configuration.md")))
     assert real <= documented, f"undocumented: {sorted(real - documented)}"
+
+
+def test_the_interval_rule_states_the_defaults_and_caps_the_code_has() -> None:
+    page = section("concepts/interval-rule.md")
+    defaults = LeasePolicy()
+    stated = (
+        f"Defaults: L = {defaults.lease:g} s, H = {defaults.heartbeat:g} s, "
+        f"J = {defaults.jitter:g} s, R = {defaults.missed_beats}."
+    )
+    assert stated in " ".join(page.split()), stated
+    caps = (
+        f"lease {MIN_LEASE:g} s – {MAX_LEASE / 3600:g} h, "
+        f"time limit ≤ {MAX_TIME_LIMIT / 86400:g} days, attempts ≤ {MAX_ATTEMPTS}"
+    )
+    assert caps in " ".join(page.split()), caps
