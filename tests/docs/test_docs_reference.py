@@ -118,7 +118,7 @@ def test_the_interval_rule_states_the_defaults_and_caps_the_code_has() -> None:
     )
     assert stated in " ".join(page.split()), stated
     caps = (
-        f"lease {MIN_LEASE:g} s – {MAX_LEASE / 3600:g} h, "
+        f"lease {MIN_LEASE:g} s \u2013 {MAX_LEASE / 3600:g} h, "
         f"time limit ≤ {MAX_TIME_LIMIT / 86400:g} days, attempts ≤ {MAX_ATTEMPTS}"
     )
     assert caps in " ".join(page.split()), caps
