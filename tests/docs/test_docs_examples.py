@@ -5,13 +5,10 @@ compiles."""
 from __future__ import annotations
 
 import ast
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.support.docs import ROOT, Example, code_blocks, examples, markers
+from tests.support.docs import ROOT, Example, code_blocks, examples, markers, printed_and_shown
 
 HERE = "tests/docs/test_docs_examples.py"
 
@@ -37,7 +34,7 @@ def test_every_example_is_asked_for_by_the_test_its_marker_names() -> None:
         runner = ROOT / found.runner
         assert runner.is_file(), f"{found.where}: {found.runner} does not exist"
         if found.runner != HERE:
-            assert f'example("{found.name}")' in runner.read_text(encoding="utf-8"), (
+            assert f'"{found.name}"' in runner.read_text(encoding="utf-8"), (
                 f"{found.where}: {found.runner} never runs example {found.name!r}"
             )
 
@@ -60,18 +57,5 @@ def test_every_python_block_compiles() -> None:
 def test_the_example_runs_and_prints_what_its_page_says(
     found: Example, tenure_dsn: str, tmp_path: Path
 ) -> None:
-    script = tmp_path / f"{found.name.replace('-', '_')}.py"
-    script.write_text(found.code, encoding="utf-8")
-    env = {**os.environ, "TENURE_DSN": tenure_dsn, "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, f"{found.where}\n{done.stdout}{done.stderr}"
-    if found.shown is not None:
-        assert done.stdout.splitlines() == found.shown.splitlines(), found.where
+    printed, shown = printed_and_shown(found.name, tenure_dsn, tmp_path)
+    assert printed == shown, found.where

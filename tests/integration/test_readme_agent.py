@@ -3,14 +3,11 @@ PostgreSQL, and prints what the page says it prints."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.support.docs import example
+from tests.support.docs import printed_and_shown
 
 pytestmark = pytest.mark.storage
 
@@ -18,23 +15,7 @@ pytestmark = pytest.mark.storage
 def test_the_from_an_agent_example_runs_and_prints_what_the_page_says(
     tenure_dsn: str, tmp_path: Path
 ) -> None:
-    block = example("from-an-agent")
-    code, shown = block.code, block.shown
-    assert shown is not None, block.where
-    script = tmp_path / "agent_example.py"
-    script.write_text(code)
-    env = {**os.environ, "TENURE_DSN": tenure_dsn, "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    printed = done.stdout.splitlines()
-    expected = shown.splitlines()
+    printed, expected = printed_and_shown("from-an-agent", tenure_dsn, tmp_path)
     head, tail = expected[: expected.index("...")], expected[expected.index("...") + 1 :]
     assert printed[: len(head)] == head, printed
     assert printed[-len(tail) :] == tail, printed

@@ -4,13 +4,17 @@ A block is an example when the line before it is
 ``<!-- example: NAME (tests/path/test_x.py runs this block) -->``, in README.md or in any
 page under docs/. If the block is followed by a line starting with "prints" and then a
 second fenced block, that block is what the example prints. Each example is run by the
-test its marker names (tests/docs/test_docs_examples.py runs those that need nothing more than
-a database and checks that every named test really asks for its example).
+test its marker names, which asks for it by name (`example`, `printed_and_shown`);
+tests/docs/test_docs_examples.py runs those that need nothing more than a database and
+checks that every named test really asks for its example.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +75,27 @@ def example(name: str) -> Example:
     found = examples()
     assert name in found, f"no page marks an example {name!r} (have {sorted(found)})"
     return found[name]
+
+
+def run(found: Example, dsn: str, workdir: Path) -> subprocess.CompletedProcess[str]:
+    """Run an example as the script a reader would save, against DSN; its output, unchecked."""
+    script = workdir / f"{found.name.replace('-', '_')}.py"
+    script.write_text(found.code, encoding="utf-8")
+    env = {**os.environ, "TENURE_DSN": dsn, "PYTHONUNBUFFERED": "1"}
+    command, seconds = [sys.executable, str(script)], 120
+    return subprocess.run(
+        command, env=env, cwd=workdir, capture_output=True, text=True, timeout=seconds
+    )
+
+
+def printed_and_shown(name: str, dsn: str, workdir: Path) -> tuple[list[str], list[str]]:
+    """Run example NAME (it must succeed and its page must show its output): the lines it
+    printed, and the lines its page shows."""
+    found = example(name)
+    assert found.shown is not None, f"{found.where}: no 'prints' block after the example"
+    done = run(found, dsn, workdir)
+    assert done.returncode == 0, f"{found.where}\n{done.stdout}{done.stderr}"
+    return done.stdout.splitlines(), found.shown.splitlines()
 
 
 def markers() -> list[tuple[Path, str]]:
