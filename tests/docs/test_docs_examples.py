@@ -1,6 +1,6 @@
-"""The documentation's examples are code that runs: every marked block is run by the test
-its marker names, the plain ones here, and every Python block on every page at least
-compiles."""
+"""The documentation's examples are code that runs: every Python block is an example run by
+the test its marker names (the plain ones here) or a fragment that says why it is not, and
+every Python block on every page at least compiles."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ import ast
 from pathlib import Path
 
 import pytest
-from tests.support.docs import ROOT, Example, code_blocks, examples, markers, printed_and_shown
+from tests.support.docs import (
+    ROOT,
+    Example,
+    code_blocks,
+    examples,
+    markers,
+    printed_and_shown,
+    unmarked,
+)
 
 HERE = "tests/docs/test_docs_examples.py"
 
@@ -37,6 +45,17 @@ def test_every_example_is_asked_for_by_the_test_its_marker_names() -> None:
             assert f'"{found.name}"' in runner.read_text(encoding="utf-8"), (
                 f"{found.where}: {found.runner} never runs example {found.name!r}"
             )
+
+
+def test_every_python_block_is_an_example_or_says_why_it_is_not() -> None:
+    """A block showing how to use tenure is a whole program a test runs; only a block that
+    cannot be one (a config excerpt, a signature listing) is a marked fragment."""
+    missing = unmarked("python")
+    assert not missing, (
+        "Python blocks that are neither an example a test runs "
+        "(<!-- example: NAME (tests/path/test_x.py runs this block) -->) nor a fragment "
+        f"saying why (<!-- fragment: WHY -->): {missing}"
+    )
 
 
 def test_every_python_block_compiles() -> None:

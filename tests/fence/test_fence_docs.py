@@ -42,6 +42,17 @@ def load(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str)
     return runpy.run_path(str(module), run_name="cases")["app"]
 
 
+def load_sender(
+    module: Path, monkeypatch: pytest.MonkeyPatch, url: str, dsn: str
+) -> dict[str, Any]:
+    """The guide's sending side, loaded as ``tenure worker`` loads it, signing with the
+    receiver's secret (the workers' TENURE_SIGNING_KEY) and sending to URL."""
+    monkeypatch.setenv("TENURE_DSN", dsn)
+    monkeypatch.setenv("TENURE_SIGNING_KEY", SECRET)
+    monkeypatch.setenv("CASES_URL", url)
+    return runpy.run_path(str(module), run_name="cases_tool")
+
+
 def post(url: str, scope: str, token: int, key: str, secret: str = SECRET) -> httpx.Response:
     """``POST /cases`` for customer c-1 with a fence signed by SECRET (the body encoded as
     httpx encodes the tool's ``json=``, so that the same key is the same request)."""
@@ -61,12 +72,11 @@ async def test_the_receiver_applies_a_workers_request_once_and_refuses_the_rest(
     service = load(
         "receiver", tmp_path, monkeypatch, CASES_DSN=cases_dsn, CASES_FENCE_SECRET=SECRET
     )
-    sending = example("fence-tool").code
-    assert '"http://cases.internal"' in sending
-    app = tenure.App(tenure_dsn, signing_key=SECRET)  # the workers' TENURE_SIGNING_KEY
+    sending = tmp_path / "cases_tool.py"
+    sending.write_text(example("fence-tool").code, encoding="utf-8")
     with serve(service) as url:
-        names: dict[str, Any] = {"app": app}
-        exec(sending.replace('"http://cases.internal"', repr(url)), names)  # our own docs
+        names = load_sender(sending, monkeypatch, url, tenure_dsn)
+        app: tenure.App = names["app"]
         worker = app.worker()
         running = asyncio.create_task(worker.run(handle_signals=False))
         try:
@@ -75,8 +85,7 @@ async def test_the_receiver_applies_a_workers_request_once_and_refuses_the_rest(
         finally:
             worker.stop()
             await running
-            if names["_cases"] is not None:
-                await names["_cases"].aclose()
+            await names["cases"]().aclose()  # the module's one client (runpy copies globals)
             await app.aclose()
         done = await asyncio.to_thread(Journal(tenure_dsn).job, job.id)
         scope, key = f"tool-job:{job.id}", f"tool-job:{job.id}:create_case"

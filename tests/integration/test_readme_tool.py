@@ -2,7 +2,7 @@
 process.
 
 The example is taken from docs/guides/receivers.md, pointed at a local service instead of
-``http://cases.internal``, and loaded by ``tenure worker``. Building an
+``http://cases.internal`` (its ``CASES_URL``), and loaded by ``tenure worker``. Building an
 ``httpx.AsyncClient`` per call costs a TLS context on the event loop each time
 (twenty at once withheld heartbeats); a shared client also keeps its connection,
 so the service sees every call arrive on the one connection.
@@ -66,17 +66,14 @@ def test_the_fenced_tool_example_shares_one_client_across_calls(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, ports = cases_service
-    code = sending_side()
-    assert '"http://cases.internal"' in code
     module = tmp_path / "readme_tool.py"
-    module.write_text(
-        "import tenure\napp = tenure.App()\n\n" + code.replace('"http://cases.internal"', repr(url))
-    )
+    module.write_text(sending_side(), encoding="utf-8")
     monkeypatch.setenv("TENURE_DSN", tenure_dsn)
+    monkeypatch.setenv("CASES_URL", url)
     producer = runpy.run_path(str(module))["app"]
     journal = Journal(tenure_dsn)
     with WorkerGroup(tenure_dsn, tmp_path, app="readme_tool:app") as workers:
-        worker = workers.spawn("readme", env={"PYTHONPATH": str(tmp_path)})
+        worker = workers.spawn("readme", env={"PYTHONPATH": str(tmp_path), "CASES_URL": url})
         worker.wait_started()
         try:
             jobs = [

@@ -6,7 +6,9 @@ page under docs/. If the block is followed by a line starting with "prints" and 
 second fenced block, that block is what the example prints. Each example is run by the
 test its marker names, which asks for it by name (`example`, `printed_and_shown`);
 tests/docs/test_docs_examples.py runs those that need nothing more than a database and
-checks that every named test really asks for its example.
+checks that every named test really asks for its example. A Python block that is not a
+whole program says why on the line before it, ``<!-- fragment: WHY -->``; any other
+Python block must be an example.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ MARKER = re.compile(
     re.MULTILINE | re.DOTALL,
 )
 FENCE = re.compile(r"^```(\w*)\n(.*?)\n```$", re.MULTILINE | re.DOTALL)
+# A block that is not a program (a config excerpt, a signature listing) says so and why.
+FRAGMENT = re.compile(r"^<!-- fragment: (?P<why>\S[^>]*\S) -->$")
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,18 @@ def code_blocks(language: str) -> list[tuple[Path, int, str]]:
             if match[1] == language:
                 blocks.append((page, text.count("\n", 0, match.start()) + 1, match[2]))
     return blocks
+
+
+def unmarked(language: str) -> list[str]:
+    """The blocks in LANGUAGE that are neither an example (the line before them is a
+    well-formed example marker) nor a fragment saying why (``<!-- fragment: why -->``)."""
+    marked = {(found.page, found.line + 1) for found in examples().values()}
+    missing = []
+    for page, line, _ in code_blocks(language):
+        before = page.read_text(encoding="utf-8").splitlines()[line - 2] if line > 1 else ""
+        if (page, line) not in marked and not FRAGMENT.match(before):
+            missing.append(f"{page.relative_to(ROOT)}:{line}")
+    return missing
 
 
 def section(page: str) -> str:
