@@ -13,18 +13,12 @@ Python block must be an example.
 
 from __future__ import annotations
 
-import ast
-import asyncio
-import inspect
 import os
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import tenure
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -106,28 +100,6 @@ def printed_and_shown(name: str, dsn: str, workdir: Path) -> tuple[list[str], li
     done = run(found, dsn, workdir)
     assert done.returncode == 0, f"{found.where}\n{done.stdout}{done.stderr}"
     return done.stdout.splitlines(), found.shown.splitlines()
-
-
-async def run_fragment(found: Example, app: tenure.App) -> dict[str, Any]:
-    """Run a fragment that uses an ``app`` and top-level ``await``, as a reader's module
-    would: its declarations (every line before the first ``await``), then a worker of the
-    app in this event loop, then the rest. Returns the names the fragment bound."""
-    lines = found.code.splitlines()
-    first = next(n for n, line in enumerate(lines) if "await " in line)
-    declarations, calls = "\n".join(lines[:first]), "\n".join(lines[first:])
-    namespace: dict[str, Any] = {"app": app, "tenure": tenure}
-    exec(compile(declarations, found.where, "exec"), namespace)  # our own docs
-    worker = app.worker()
-    running = asyncio.create_task(worker.run(handle_signals=False))
-    try:
-        code = compile(calls, found.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-        result = eval(code, namespace)  # our own docs
-        if inspect.isawaitable(result):
-            await result
-    finally:
-        worker.stop()
-        await running
-    return namespace
 
 
 def markers() -> list[tuple[Path, str]]:
