@@ -16,6 +16,7 @@ from tests.support.docs import (
     markers,
     printed_and_shown,
     unmarked,
+    unmarked_in,
 )
 
 HERE = "tests/docs/test_docs_examples.py"
@@ -56,6 +57,42 @@ def test_every_python_block_is_an_example_or_says_why_it_is_not() -> None:
         "(<!-- example: NAME (tests/path/test_x.py runs this block) -->) nor a fragment "
         f"saying why (<!-- fragment: WHY -->): {missing}"
     )
+
+
+def test_only_a_fragment_that_says_why_may_be_left_unrun() -> None:
+    page = "\n".join(
+        [
+            "<!-- fragment: a signature listing, not a program -->",
+            "```python",
+            "def f(x: int) -> int: ...",
+            "```",
+            "",
+            f"<!-- example: listed ({HERE} runs this block) -->",
+            "```python",
+            "print(1)",
+            "```",
+            "",
+            "<!-- fragment: -->",  # no reason given
+            "```python",
+            "x",
+            "```",
+            "",
+            "```python",
+            "y",
+            "```",
+            "",
+            "<!-- example: misspelt (tests/x.py run this block) -->",
+            "```python",
+            "z",
+            "```",
+            "",
+            "```sh",
+            "ls",
+            "```",
+            "",
+        ]
+    )
+    assert unmarked_in(page, "python") == [12, 16, 21]
 
 
 def test_every_python_block_compiles() -> None:

@@ -123,16 +123,28 @@ def code_blocks(language: str) -> list[tuple[Path, int, str]]:
     return blocks
 
 
-def unmarked(language: str) -> list[str]:
-    """The blocks in LANGUAGE that are neither an example (the line before them is a
-    well-formed example marker) nor a fragment saying why (``<!-- fragment: why -->``)."""
-    marked = {(found.page, found.line + 1) for found in examples().values()}
+def unmarked_in(text: str, language: str) -> list[int]:
+    """The lines (1-based, their opening fence) of the blocks in LANGUAGE in one page's TEXT
+    that are neither an example (a well-formed example marker on the line before) nor a
+    fragment saying why (``<!-- fragment: WHY -->`` there)."""
+    examples_at = {text.count("\n", 0, match.start()) + 2 for match in MARKER.finditer(text)}
+    lines = text.splitlines()
     missing = []
-    for page, line, _ in code_blocks(language):
-        before = page.read_text(encoding="utf-8").splitlines()[line - 2] if line > 1 else ""
-        if (page, line) not in marked and not FRAGMENT.match(before):
-            missing.append(f"{page.relative_to(ROOT)}:{line}")
+    for match in FENCE.finditer(text):
+        line = text.count("\n", 0, match.start()) + 1
+        before = lines[line - 2] if line > 1 else ""
+        if match[1] == language and line not in examples_at and not FRAGMENT.match(before):
+            missing.append(line)
     return missing
+
+
+def unmarked(language: str) -> list[str]:
+    """``page:line`` of every block in LANGUAGE, on every page, that `unmarked_in` finds."""
+    return [
+        f"{page.relative_to(ROOT)}:{line}"
+        for page in pages()
+        for line in unmarked_in(page.read_text(encoding="utf-8"), language)
+    ]
 
 
 def section(page: str) -> str:
