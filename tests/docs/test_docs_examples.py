@@ -1,10 +1,12 @@
 """The documentation's examples are code that runs: every Python block is an example run by
-the test its marker names (the plain ones here) or a fragment that says why it is not, and
-every Python block on every page at least compiles."""
+the test its marker names (the plain ones here) or a fragment that says why it is not; an
+example is a whole program (no name it never defines), and every Python block compiles."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,27 @@ def test_every_python_block_is_an_example_or_says_why_it_is_not() -> None:
         "(<!-- example: NAME (tests/path/test_x.py runs this block) -->) nor a fragment "
         f"saying why (<!-- fragment: WHY -->): {missing}"
     )
+
+
+def undefined_or_unused(code: str) -> str:
+    """What ruff (pyflakes' rules, no project settings) finds in CODE saved as a module: a
+    name used but never defined or imported, an import or a variable never used."""
+    rules = ["--isolated", "--select", "F821,F401,F841", "--output-format", "concise"]
+    checked = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", *rules, "--stdin-filename", "example.py", "-"],
+        input=code,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return "" if checked.returncode == 0 else checked.stdout + checked.stderr
+
+
+def test_every_example_is_a_whole_program() -> None:
+    """No example leans on a name the page never defines (an ``app``, a helper, a token)."""
+    assert "example.py:1:7: F821" in undefined_or_unused("print(ask_approver)\n")
+    found = {name: undefined_or_unused(example.code) for name, example in examples().items()}
+    assert {name: problems for name, problems in found.items() if problems} == {}
 
 
 def test_only_a_fragment_that_says_why_may_be_left_unrun() -> None:
