@@ -11,7 +11,6 @@ receiver's secret), then replays, a stale token, a forged signature and no fence
 from __future__ import annotations
 
 import asyncio
-import runpy
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import httpx
 import psycopg
 import pytest
 from tests.fence.helpers import serve
-from tests.support.docs import example
+from tests.support.docs import imported
 from tests.support.schemas import fresh_schema_dsn
 from tests.support.waiting import wait_until
 from tests.support.workers import Journal
@@ -37,20 +36,18 @@ def load(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str)
     ``__main__``), with ENV set: its module-level ``app``."""
     for variable, value in env.items():
         monkeypatch.setenv(variable, value)
-    module = tmp_path / "cases.py"
-    module.write_text(example(name).code, encoding="utf-8")
-    return runpy.run_path(str(module), run_name="cases")["app"]
+    return imported(name, tmp_path, "cases")["app"]
 
 
 def load_sender(
-    module: Path, monkeypatch: pytest.MonkeyPatch, url: str, dsn: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, dsn: str
 ) -> dict[str, Any]:
     """The guide's sending side, loaded as ``tenure worker`` loads it, signing with the
     receiver's secret (the workers' TENURE_SIGNING_KEY) and sending to URL."""
     monkeypatch.setenv("TENURE_DSN", dsn)
     monkeypatch.setenv("TENURE_SIGNING_KEY", SECRET)
     monkeypatch.setenv("CASES_URL", url)
-    return runpy.run_path(str(module), run_name="cases_tool")
+    return imported("fence-tool", tmp_path, "cases_tool")
 
 
 def post(url: str, scope: str, token: int, key: str, secret: str = SECRET) -> httpx.Response:
@@ -72,10 +69,8 @@ async def test_the_receiver_applies_a_workers_request_once_and_refuses_the_rest(
     service = load(
         "receiver", tmp_path, monkeypatch, CASES_DSN=cases_dsn, CASES_FENCE_SECRET=SECRET
     )
-    sending = tmp_path / "cases_tool.py"
-    sending.write_text(example("fence-tool").code, encoding="utf-8")
     with serve(service) as url:
-        names = load_sender(sending, monkeypatch, url, tenure_dsn)
+        names = load_sender(tmp_path, monkeypatch, url, tenure_dsn)
         app: tenure.App = names["app"]
         worker = app.worker()
         running = asyncio.create_task(worker.run(handle_signals=False))

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import os
 import re
+import runpy
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -90,6 +94,23 @@ def run(found: Example, dsn: str, workdir: Path) -> subprocess.CompletedProcess[
     return subprocess.run(
         command, env=env, cwd=workdir, capture_output=True, text=True, timeout=seconds
     )
+
+
+def imported(name: str, directory: Path, module: str) -> dict[str, Any]:
+    """Example NAME saved as DIRECTORY/MODULE.py and run as an import runs it (a worker, a
+    server, ``tenure mcp``), not as ``__main__``: its top-level names. They are a copy: its
+    functions still see the module's own globals."""
+    path = directory / f"{module}.py"
+    path.write_text(example(name).code, encoding="utf-8")
+    return runpy.run_path(str(path), run_name=module)
+
+
+def jobs_left(dsn: str) -> list[tuple[str, str, str, int]]:
+    """What an example did to tenure's jobs: (tool, idempotency key, state, attempt) of
+    each job in the database DSN names, in the order they were queued."""
+    with psycopg.connect(dsn) as db:
+        query = "SELECT tool, idempotency_key, state, attempt FROM tenure_jobs ORDER BY id"
+        return db.execute(query).fetchall()
 
 
 def printed_and_shown(name: str, dsn: str, workdir: Path) -> tuple[list[str], list[str]]:

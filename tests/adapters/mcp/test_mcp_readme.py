@@ -7,9 +7,8 @@ repeated call under the client's key returns that job's result without a second 
 from __future__ import annotations
 
 import asyncio
-import runpy
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import pytest
 from tests.adapters.mcp.sdk import needs_sdk
@@ -21,7 +20,7 @@ from mcp.server.lowlevel import Server
 from mcp_types import RequestParamsMeta
 from tests.adapters.mcp.helpers import jobs, key
 from tests.fence.helpers import serve
-from tests.support.docs import example
+from tests.support.docs import imported
 from tests.support.schemas import fresh_schema_dsn
 
 from tenure import App
@@ -34,12 +33,10 @@ async def test_the_mcp_example_opens_one_case_per_call_key(
     tenure_dsn: str, database_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cases_dsn = fresh_schema_dsn(database_dsn, "cases")
-    module = tmp_path / "myapp.py"
-    module.write_text(example("mcp").code, encoding="utf-8")
     monkeypatch.setenv("TENURE_DSN", tenure_dsn)
     with serve(case_service.create_app(cases_dsn, insecure=True)) as url:
         monkeypatch.setenv("CASE_SERVICE_URL", url)
-        names: dict[str, Any] = runpy.run_path(str(module), run_name="myapp")
+        names = imported("mcp", tmp_path, "myapp")
         app: App = names["app"]
         assert isinstance(names["mcp_server"], Server)
         worker = app.worker()
