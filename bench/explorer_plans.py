@@ -11,7 +11,7 @@ running and waiting the rest), ANALYZEs, then for each case runs the statement e
 the first page and a page deep behind a cursor, and drops the schema. Times are the median
 of three runs; the machine is shared, so they are figures, not targets.
 
-`cases()` is also what tests/store/test_explorer_plans.py checks on a small table: each
+`cases()` is also what tests/integration/store/test_explorer.py checks on a small table: each
 case must read the index named for it and never scan tenure_jobs whole.
 """
 

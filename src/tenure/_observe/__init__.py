@@ -4,7 +4,7 @@ Modules are imported where they are used, so that importing tenure does not
 import prometheus-client or Starlette. Events enter through ``tenure._log.log_event``;
 users see them through ``tenure.telemetry`` (``attach``, the catalogue `_events.EVENTS`).
 
-    _events     the catalogue of event kinds (the README's event table)
+    _events     the catalogue of event kinds (docs/reference/events.md's table)
     _journal    keyed payload hashes; the batched writer for observed events
     _metrics    event-fed counters and histograms; gauges read from the database
     _http       /metrics, the loopback rule, uvicorn on a thread
