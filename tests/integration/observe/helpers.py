@@ -27,13 +27,17 @@ def wait_done(journal: Journal, job_id: int, workers: WorkerGroup) -> dict[str, 
     return wait_job(journal, job_id, lambda r: r["state"] in TERMINAL, "never ended", workers)
 
 
-def wait_events(journal: Journal, job_id: int, kind: str, n: int = 1) -> list[dict[str, Any]]:
-    wait_until(
-        lambda: len(journal.events(job_id, kind)) >= n,
-        timeout=15,
-        interval=0.02,
-        message=f"job {job_id}: fewer than {n} {kind} rows in {journal.kinds(job_id)}",
-    )
+def wait_events(
+    journal: Journal, job_id: int, kind: str, n: int = 1, workers: WorkerGroup | None = None
+) -> list[dict[str, Any]]:
+    """Poll until ``n`` journal rows of ``kind``; on failure the workers' logs say why."""
+    try:
+        wait_until(lambda: len(journal.events(job_id, kind)) >= n, timeout=15, interval=0.02)
+    except AssertionError:
+        logs = f"\n{workers.logs()}" if workers is not None else ""
+        raise AssertionError(
+            f"job {job_id}: fewer than {n} {kind} rows in {journal.kinds(job_id)}{logs}"
+        ) from None
     return journal.events(job_id, kind)
 
 
