@@ -1,0 +1,123 @@
+"""What one refresh of the dashboard's queue charts costs, measured on a busy day's tables.
+
+    python bench/queues.py [--dsn DSN] [--jobs 100000] [--tools 12] [--reps 7]
+
+In a scratch schema: ``--jobs`` jobs created evenly over the last 24 hours across
+``--tools`` tools, each claimed once (one in 50 claimed twice, the second a reclaim) and
+finished (one in 10 failed), so the journal holds about 2.04 rows per job; ANALYZEd.
+Then one refresh of ``/queues`` (``queue_data``: both chart statements, the queue now and
+the rendering) per window, ``--reps`` times, and prints the median and fastest time, the
+rows the two chart statements return, and the size of the JSON the page polls. Asserts
+nothing (figures, never timed asserts). Drops its schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import statistics
+import time
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from tenure._observe._queues_page import WINDOWS, queue_data
+from tenure._store import Store, migrate
+
+JOBS = """
+INSERT INTO tenure_jobs (tool, state, max_attempts, idempotency_key, payload, payload_hash,
+                         created_at, position, finished_at, attempt)
+SELECT 't' || (g %% %(tools)s), CASE WHEN g %% 10 = 0 THEN 'failed' ELSE 'succeeded' END,
+       3, 'k' || g, '{}', 'h', clock_timestamp() - g * %(step)s * interval '1 millisecond', g,
+       clock_timestamp() - g * %(step)s * interval '1 millisecond' + interval '2 seconds', 1
+FROM generate_series(1, %(jobs)s) AS g
+"""
+
+EVENTS = """
+INSERT INTO tenure_events (at, kind, job_id, token, attempt, worker, tool, detail)
+SELECT j.created_at + e.after, e.kind, j.id, j.id, 1, 'w', j.tool, e.detail
+FROM tenure_jobs j
+CROSS JOIN LATERAL (VALUES
+    (interval '1 second', 'job_claimed', '{}'::jsonb),
+    (interval '1.5 seconds', CASE WHEN j.id %% 50 = 0 THEN 'job_claimed' END,
+     jsonb_build_object('previous_token', j.id)),
+    (interval '2 seconds', j.state, '{}'::jsonb)
+) AS e(after, kind, detail)
+WHERE e.kind IS NOT NULL
+"""
+
+
+def scratch(admin: psycopg.Connection[Any], dsn: str) -> tuple[str, str]:
+    """A fresh schema and a DSN whose search_path is it."""
+    schema = f"bench_{secrets.token_hex(4)}"
+    admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    options = f"{conninfo_to_dict(dsn).get('options') or ''} -c search_path={schema}"
+    return schema, make_conninfo(dsn, options=options.strip())
+
+
+class Counting(Store):
+    """A store that counts the rows the chart statements hand back."""
+
+    returned: dict[str, int]
+
+    async def _fetch(self, name: str, params: Any) -> Any:
+        rows = await super()._fetch(name, params)
+        if name in ("queue_flow", "queue_arrivals"):
+            self.returned[name] = len(rows)
+        return rows
+
+
+async def refresh(dsn: str, reps: int) -> None:
+    store = Counting(dsn, max_size=2)
+    store.returned = {}
+    await store.open()
+    try:
+        for window in WINDOWS.values():
+            await queue_data(store, window)  # connections up, statements prepared
+            times = []
+            for _ in range(reps):
+                started = time.perf_counter()
+                data = await queue_data(store, window)
+                times.append(time.perf_counter() - started)
+            size = len(json.dumps(data, default=str))
+            print(
+                f"window {window.name}: one refresh, median {statistics.median(times) * 1000:.0f} ms, "
+                f"fastest {min(times) * 1000:.0f} ms of {reps}; rows returned {store.returned}; "
+                f"{len(data['buckets'])} buckets, {len(data['tools'])} tools, "
+                f"capped={data.get('capped')}; JSON {size / 1024:.0f} KiB"
+            )
+    finally:
+        await store.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default=os.environ.get("TENURE_TEST_DSN", ""))
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--tools", type=int, default=12)
+    parser.add_argument("--reps", type=int, default=7)
+    args = parser.parse_args()
+    admin = psycopg.connect(args.dsn, autocommit=True)
+    schema, dsn = scratch(admin, args.dsn)
+    try:
+        migrate(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            step = 86_400_000 // args.jobs
+            conn.execute(JOBS, {"jobs": args.jobs, "tools": args.tools, "step": step})
+            conn.execute(EVENTS, {})
+            conn.execute("ANALYZE tenure_jobs")
+            conn.execute("ANALYZE tenure_events")
+            events = conn.execute("SELECT count(*) FROM tenure_events").fetchone()
+        print(f"{args.jobs} jobs over the last 24 h, {events and events[0]} journal rows")
+        asyncio.run(refresh(dsn, args.reps))
+    finally:
+        admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+if __name__ == "__main__":
+    main()
