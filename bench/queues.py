@@ -85,11 +85,14 @@ async def refresh(dsn: str, reps: int) -> None:
                 data = await queue_data(store, window)
                 times.append(time.perf_counter() - started)
             size = len(json.dumps(data, default=str))
+            fragment = len(data["fragments"]["queues"])
+            median, fastest = statistics.median(times) * 1000, min(times) * 1000
             print(
-                f"window {window.name}: one refresh, median {statistics.median(times) * 1000:.0f} ms, "
-                f"fastest {min(times) * 1000:.0f} ms of {reps}; rows returned {store.returned}; "
+                f"window {window.name}: one refresh, median {median:.0f} ms, "
+                f"fastest {fastest:.0f} ms of {reps}; rows returned {store.returned}; "
                 f"{len(data['buckets'])} buckets, {len(data['tools'])} tools, "
-                f"capped={data.get('capped')}; JSON {size / 1024:.0f} KiB"
+                f"capped={data.get('capped')}, tools_cut={data.get('tools_cut')}; "
+                f"JSON {size / 1024:.0f} KiB, fragment {fragment / 1024:.0f} KiB"
             )
     finally:
         await store.close()
