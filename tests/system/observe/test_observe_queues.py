@@ -176,6 +176,9 @@ def test_nothing_queued_says_so(tenure_dsn: str, board: str) -> None:
         page = client.get("/queues")
         assert page.status_code == 200
         assert "no jobs in the last 1h" in page.text
+        # The figures change at most every 5 s: the page polls no faster (the dashboard's
+        # own poll interval is 1 s).
+        assert 'data-interval="5"' in page.text
         empty = client.get("/api/queues").json()
         assert empty["tools"] == [] and len(empty["buckets"]) == 60
 
