@@ -17,14 +17,13 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import statistics
 import time
 from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from registry import scratch  # bench/registry.py: a fresh schema and a DSN onto it
 
 from tenure._observe._queues_page import WINDOWS, queue_data
 from tenure._store import Store, migrate
@@ -50,14 +49,6 @@ CROSS JOIN LATERAL (VALUES
 ) AS e(after, kind, detail)
 WHERE e.kind IS NOT NULL
 """
-
-
-def scratch(admin: psycopg.Connection[Any], dsn: str) -> tuple[str, str]:
-    """A fresh schema and a DSN whose search_path is it."""
-    schema = f"bench_{secrets.token_hex(4)}"
-    admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    options = f"{conninfo_to_dict(dsn).get('options') or ''} -c search_path={schema}"
-    return schema, make_conninfo(dsn, options=options.strip())
 
 
 class Counting(Store):
@@ -98,28 +89,33 @@ async def refresh(dsn: str, reps: int) -> None:
         await store.close()
 
 
+SIZES = {"--jobs": 100_000, "--tools": 12, "--reps": 7}
+
+
+def fill(dsn: str, jobs: int, tools: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(JOBS, {"jobs": jobs, "tools": tools, "step": 86_400_000 // jobs})
+        conn.execute(EVENTS, {})
+        conn.execute("ANALYZE tenure_jobs")
+        conn.execute("ANALYZE tenure_events")
+        events = conn.execute("SELECT count(*) FROM tenure_events").fetchone()
+    print(f"{jobs} jobs over the last 24 h, {events and events[0]} journal rows")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", default=os.environ.get("TENURE_TEST_DSN", ""))
-    parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--tools", type=int, default=12)
-    parser.add_argument("--reps", type=int, default=7)
+    for flag, default in SIZES.items():
+        parser.add_argument(flag, type=int, default=default)
     args = parser.parse_args()
-    admin = psycopg.connect(args.dsn, autocommit=True)
-    schema, dsn = scratch(admin, args.dsn)
-    try:
-        migrate(dsn)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            step = 86_400_000 // args.jobs
-            conn.execute(JOBS, {"jobs": args.jobs, "tools": args.tools, "step": step})
-            conn.execute(EVENTS, {})
-            conn.execute("ANALYZE tenure_jobs")
-            conn.execute("ANALYZE tenure_events")
-            events = conn.execute("SELECT count(*) FROM tenure_events").fetchone()
-        print(f"{args.jobs} jobs over the last 24 h, {events and events[0]} journal rows")
-        asyncio.run(refresh(dsn, args.reps))
-    finally:
-        admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+    with psycopg.connect(args.dsn, autocommit=True) as admin:
+        schema, dsn = scratch(admin, args.dsn)
+        try:
+            migrate(dsn)
+            fill(dsn, args.jobs, args.tools)
+            asyncio.run(refresh(dsn, args.reps))
+        finally:
+            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 if __name__ == "__main__":

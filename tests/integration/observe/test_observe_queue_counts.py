@@ -23,23 +23,29 @@ pytestmark = pytest.mark.storage
 
 MINUTE = timedelta(minutes=1)
 
-# (tool, series, minutes before the current one, seconds into that minute, how many)
-WRITTEN: list[tuple[str, str, int, int, int]] = [
-    ("ocr", "queued", 0, 1, 2),
-    ("ocr", "running", 0, 2, 1),
-    ("ocr", "succeeded", 1, 59, 3),
-    ("ocr", "failed", 1, 0, 1),
-    ("ocr", "reclaimed", 5, 30, 1),
-    ("ocr", "queued", 59, 0, 4),  # the hour's first minute
-    ("ocr", "succeeded", 60, 59, 5),  # the minute before it: the day's only
-    ("mail", "queued", 61, 10, 1),
-    ("mail", "running", 180, 10, 2),
-    ("mail", "failed", 600, 45, 1),
-    ("mail", "succeeded", 1000, 5, 6),
-    ("ocr", "queued", 1438, 30, 2),
-    ("mail", "running", 1439, 50, 1),  # the day's first minute
-    ("mail", "queued", 1440, 50, 9),  # the minute before it: in neither window
-    ("ocr", "failed", 2000, 0, 3),
+# tool, series, minutes before the current one, seconds into that minute, how many
+TABLE = """
+ocr   queued       0   1  2
+ocr   running      0   2  1
+ocr   succeeded    1  59  3
+ocr   failed       1   0  1
+ocr   reclaimed    5  30  1
+ocr   queued      59   0  4   the hour's first minute
+ocr   succeeded   60  59  5   the minute before it: the day's only
+mail  queued      61  10  1
+mail  running    180  10  2
+mail  failed     600  45  1
+mail  succeeded 1000   5  6
+ocr   queued    1438  30  2
+mail  running   1439  50  1   the day's first minute
+mail  queued    1440  50  9   the minute before it: in neither window
+ocr   failed    2000   0  3
+"""
+WRITTEN = [
+    (tool, series, int(ago), int(second), int(count))
+    for tool, series, ago, second, count, *_ in (
+        line.split() for line in TABLE.strip().splitlines()
+    )
 ]
 
 
