@@ -16,6 +16,8 @@ migrations. Variants:
   no-claim-journal  the claim writes none (the commit still does)
   stale-statistics  the queue is never analyzed (what a burst into a fresh
                     table looks like when the enqueue does not analyze)
+  no-explorer-indexes  without migration 0013's three job-explorer indexes (what
+                    they cost every claim and commit: neither UPDATE is HOT)
 
 PostgreSQL: $BENCH_ADMIN_DSN (default host=127.0.0.1 port=5432 user=postgres
 dbname=postgres); the database is tenure_statements, dropped at the end.
@@ -35,7 +37,10 @@ from tenure._store import QUERIES, migrate
 
 ADMIN = os.environ.get("BENCH_ADMIN_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 DB = "tenure_statements"
-VARIANTS = ("base", "no-journal", "no-claim-journal", "stale-statistics")
+VARIANTS = ("base", "no-journal", "no-claim-journal", "stale-statistics", "no-explorer-indexes")
+EXPLORER_INDEXES = (
+    "DROP INDEX tenure_jobs_state_created, tenure_jobs_tool_created, tenure_jobs_tenant_created"
+)
 CLAIM_JOURNAL = "FROM claimed c\n)"
 FINISH_JOURNAL = "    FROM finished f\n)"
 
@@ -71,6 +76,8 @@ def measure(variant: str, jobs: int) -> dict[str, float]:
     migrate(dsn)
     claim, finish = statements(variant)
     with psycopg.connect(dsn, autocommit=True) as conn:
+        if variant == "no-explorer-indexes":
+            conn.execute(EXPLORER_INDEXES)
         conn.execute(
             """INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash,
                                         max_attempts, position)

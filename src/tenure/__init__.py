@@ -11,6 +11,7 @@ from ._errors import (
     ConfigError,
     Conflict,
     IdempotencyConflict,
+    InvalidSearch,
     JobAlreadyEnded,
     JobCancelled,
     JobFailed,
@@ -43,6 +44,7 @@ from ._maintenance._statistics import StatisticsConfig
 from ._maintenance._worker_pruner import WorkerPrunerConfig
 from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
 from ._policy import LeasePolicy, RetryPolicy, ToolPolicy
+from ._search import JobPage
 from ._waitpoint import Waitpoint
 from ._worker._worker import Worker
 
@@ -55,11 +57,13 @@ __all__ = [
     "Context",
     "Enqueued",
     "IdempotencyConflict",
+    "InvalidSearch",
     "Job",
     "JobAlreadyEnded",
     "JobCancelled",
     "JobFailed",
     "JobNotFound",
+    "JobPage",
     "JobPrunerConfig",
     "JournalPrunerConfig",
     "LeaseLost",

@@ -55,6 +55,7 @@ from ._registry import (
     check_tenant,
     make_spec,
 )
+from ._search import JobPage, SearchFilters, job_search, page_of
 from ._signature import load_result
 from ._store import (
     CONNECT_OPTIONS,
@@ -651,6 +652,16 @@ class App:
             state=state, tool=tool, tenant=tenant, limit=max(1, min(limit, 10_000))
         )
 
+    async def search_jobs(self, **filters: Unpack[SearchFilters]) -> JobPage:
+        """One page of jobs, newest first (by created_at, then id), every filter optional:
+        ``job_id``, idempotency ``key`` (of ``tenant``, '' if not given), ``state``,
+        ``tool``, ``tenant``, created in [``since``, ``until``), ``limit`` (1-500, 50).
+        Pass the page's ``next_cursor`` as ``cursor`` for the next page: a keyset cursor,
+        as fast a thousand pages deep as on the first. Rows carry no payload, result or
+        error message. InvalidSearch on a bad filter or cursor, before anything is read."""
+        search = job_search(**filters)
+        return page_of(await (await self._store()).search_jobs(search), search)
+
     async def events(self, job_id: int) -> list[JournalEntry]:
         """The job's journal: claims, losses, rejections and outcomes, oldest first (its
         first 1,000 entries)."""
@@ -985,6 +996,7 @@ class App:
     enqueue_many_sync = _blocking(enqueue_many)
     get_sync = _blocking(get)
     list_jobs_sync = _blocking(list_jobs)
+    search_jobs_sync = _blocking(search_jobs)
     events_sync = _blocking(events)
     cancel_sync = _blocking(cancel)
     complete_waitpoint_sync = _blocking(complete_waitpoint)

@@ -7,6 +7,7 @@
     ├── PayloadError           payload or result not JSON, too large or too deep
     ├── UnknownTool            enqueue or run of a tool nobody registered
     ├── JobNotFound
+    ├── InvalidSearch          a job search with an unknown state, a bad cursor, text too long
     ├── RunNotFound            no pipeline run with that id
     ├── IdempotencyConflict    the same idempotency key with a different tool or payload
     ├── QuotaExceeded          the tenant already has its quota of queued jobs
@@ -69,6 +70,12 @@ class UnknownTool(TenureError):
 
 class JobNotFound(TenureError):
     """No job with that id exists (or it was pruned)."""
+
+
+class InvalidSearch(TenureError):
+    """A job search that cannot be run as asked: an unknown state, a cursor this search did
+    not hand out, a reversed time range, a filter longer than any stored value can be.
+    Nothing was read."""
 
 
 class RunNotFound(TenureError):

@@ -10,6 +10,10 @@ worker's call is taken over within seconds.
 first attempt stops right after the case was opened and waits forever: the
 test kills its worker there, mid-call, after the side effect and before the
 commit, the worst moment for exactly-once.
+
+``approve`` waits at a waitpoint for a person: it hands the token out by
+writing it to ``marker`` and suspends; called again with the answer, it
+returns it.
 """
 
 from __future__ import annotations
@@ -58,8 +62,11 @@ def build_app(dsn: str | None = None) -> App:
         return {"case_id": response.json()["case_id"], "attempt": ctx.attempt}
 
     @app.tool(**LEASE, max_attempts=1)
-    async def wait_for_cancel(ctx: Context, marker: str) -> str:
-        """Run until cancelled, noting in ``marker`` when it started and stopped."""
+    async def wait_for_cancel(ctx: Context, marker: str, third: bool = False) -> str:
+        """Run until cancelled, noting in ``marker`` when it started and stopped (``third``:
+        having reported a third done)."""
+        if third:
+            ctx.report_progress(1, 3, "one third")
         note(marker, "started")
         try:
             await asyncio.Event().wait()
@@ -91,6 +98,15 @@ def build_app(dsn: str | None = None) -> App:
         if permanent:
             raise PermanentError(reason)
         raise RuntimeError(f"internal detail {reason}")
+
+    @app.tool(**LEASE, max_attempts=1)
+    async def approve(ctx: Context, amount: int, marker: str) -> str:
+        """Ask a person to approve paying ``amount``; return their answer."""
+        wp = ctx.waitpoint("approval", timeout=600)
+        if wp.pending:
+            note(marker, wp.token)  # handed to whoever decides
+            ctx.suspend(wp, request={"amount": amount})
+        return f"{amount}: {wp.answer}"
 
     return app
 

@@ -34,11 +34,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from .._errors import ConfigError, JobNotFound, PayloadError
+from .._errors import ConfigError, InvalidSearch, JobNotFound, PayloadError
 from .._payload import MAX_PAYLOAD_BYTES
+from .._search import page_of
 from .._store import Store
 from .._waitpoint import answer_json, token_hash
-from . import _pages, _queues_page, _workers_page
+from . import _explorer, _pages, _picture, _queues_page, _workers_page
 from ._http import (
     HostCheck,
     MetricsState,
@@ -60,6 +61,7 @@ MAX_JOB_ID = 2**63 - 1  # a bigint; a larger id names no job
 WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "[::]"})  # noqa: S104 - names, not a bind
 MAX_FORM_BYTES = 4096
 MAX_FORM_FIELDS = 10
+MAX_BULK_FORM_BYTES = 8192  # a bulk form: its CSRF token, its action, up to MAX_BULK ids
 MAX_WAITPOINT_TOKEN = 200
 DASHBOARD_CONNECTIONS = 4
 RUNNING_LIMIT = 200
@@ -172,16 +174,21 @@ class _Sessions:
 async def _form(request: Request) -> dict[str, str]:
     """The fields of a small urlencoded form (our forms have one to three short fields);
     a bigger body is not read past the cap, and any form we cannot read is empty."""
+    fields = await _fields(request, MAX_FORM_BYTES, MAX_FORM_FIELDS)
+    return {name: values[0] for name, values in fields.items()}
+
+
+async def _fields(request: Request, max_bytes: int, max_fields: int) -> dict[str, list[str]]:
+    """Every value of every field of a urlencoded form, within the caps (else none)."""
     body = b""
     async for chunk in request.stream():
         body += chunk
-        if len(body) > MAX_FORM_BYTES:
+        if len(body) > max_bytes:
             return {}
     try:
-        fields = parse_qs(body.decode("latin-1"), max_num_fields=MAX_FORM_FIELDS)
+        return parse_qs(body.decode("latin-1"), max_num_fields=max_fields)
     except ValueError:  # too many fields
         return {}
-    return {name: values[0] for name, values in fields.items()}
 
 
 def _same_origin(request: Request) -> bool:
@@ -256,9 +263,11 @@ async def _job_fragments(request: Request, job_id: int) -> dict[str, str]:
     job = await store.job_detail(job_id)
     sessions: _Sessions = request.app.state.sessions
     csrf = sessions.csrf(sessions.session(request))
+    timeline = await store.job_timeline(job_id)
     return {
         "summary": _pages.job_summary(job, csrf=csrf, can_act=csrf is not None),
-        "timeline": _pages.events_table(await store.job_timeline(job_id), with_job=False),
+        "picture": _picture.picture(job, timeline),
+        "timeline": _pages.events_table(timeline, with_job=False),
     }
 
 
@@ -385,19 +394,27 @@ NOTICES = {
 }
 
 
-async def job_action(request: Request) -> Response:
-    """Cancel or retry: a session, its CSRF token and a same-origin request, or 403."""
+def _refused(request: Request, form: dict[str, str]) -> Response | None:
+    """Why an action may not run (403), or None: it needs an access token, a session, the
+    session's CSRF token in the form and a same-origin request."""
     sessions: _Sessions = request.app.state.sessions
     if sessions.token is None:
         return JSONResponse(
             {"error": f"actions need an access token: start the dashboard with {TOKEN_ENV}"},
             status_code=403,
         )
-    form = await _form(request)
     expected = sessions.csrf(sessions.session(request))
     given = form.get("csrf", "")
     if expected is None or not _same(given, expected) or not _same_origin(request):
         return JSONResponse({"error": "CSRF check failed"}, status_code=403)
+    return None
+
+
+async def job_action(request: Request) -> Response:
+    """Cancel or retry: a session, its CSRF token and a same-origin request, or 403."""
+    refused = _refused(request, await _form(request))
+    if refused is not None:
+        return refused
     job_id = request.path_params["job_id"]
     action = request.path_params["action"]
     if action not in ACTIONS:
@@ -407,6 +424,57 @@ async def job_action(request: Request) -> Response:
     except JobNotFound:
         return JSONResponse({"error": "no such job"}, status_code=404)
     return RedirectResponse(f"/jobs/{job_id}?done={done}", status_code=303)
+
+
+async def jobs_page(request: Request) -> Response:
+    """The explorer: filters, a page of jobs, the next page's link, bulk actions."""
+    query = dict(request.query_params)
+    sessions: _Sessions = request.app.state.sessions
+    csrf = sessions.csrf(sessions.session(request))
+    try:
+        search = _explorer.search_from(query)
+    except InvalidSearch as exc:
+        body = _explorer.explorer(query, None, error=str(exc), csrf=csrf, can_act=False)
+        page = _pages.page("jobs", body, poll="", interval=0, csrf=csrf)
+        return HTMLResponse(page, status_code=400)
+    found = page_of(await _store(request).search_jobs(search), search)
+    body = _explorer.explorer(query, found, error=None, csrf=csrf, can_act=csrf is not None)
+    return _html(request, "jobs", body, "")
+
+
+async def jobs_api(request: Request) -> Response:
+    """The explorer as JSON: ``{"jobs": [...], "next_cursor": ...}``, or 400 and why."""
+    try:
+        search = _explorer.search_from(dict(request.query_params))
+    except InvalidSearch as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+    found = page_of(await _store(request).search_jobs(search), search)
+    return JSONResponse(_explorer.listing_json(found))
+
+
+async def jobs_bulk(request: Request) -> Response:
+    """Cancel or retry the selected jobs, each through the job page's own action, and say
+    per job what happened (a job that had ended, or is gone, is named with the reason)."""
+    fields = await _fields(request, MAX_BULK_FORM_BYTES, _explorer.MAX_BULK + 4)
+    refused = _refused(request, {name: values[0] for name, values in fields.items()})
+    if refused is not None:
+        return refused
+    action = (fields.get("action") or [""])[0]
+    if action not in ACTIONS:
+        return JSONResponse({"error": "unknown action"}, status_code=404)
+    try:
+        ids = _explorer.bulk_ids(fields.get("job", []))
+    except InvalidSearch as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+    results: list[tuple[int, str, bool]] = []
+    for job_id in ids:
+        try:
+            done = await ACTIONS[action](_store(request), job_id)
+        except JobNotFound:
+            results.append((job_id, "No such job.", False))
+            continue
+        results.append((job_id, NOTICES[done], not done.startswith("not-")))
+    return _html(request, f"bulk {action}", _explorer.bulk_result(action, results), "")
 
 
 async def answer_waitpoint(request: Request) -> Response:
@@ -515,6 +583,9 @@ def create_dashboard(
         routes=[
             Route("/", overview),
             Route("/api/overview", overview_api),
+            Route("/jobs", jobs_page),
+            Route("/api/jobs", jobs_api),
+            Route("/jobs/bulk", jobs_bulk, methods=["POST"]),
             Route("/workers", workers_page),
             Route("/api/workers", workers_api),
             Route("/queues", queues_page),

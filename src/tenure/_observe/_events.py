@@ -1,9 +1,9 @@
 """The catalogue of events: the telemetry contract in one table.
 
 Every kind tenure emits or journals is listed here with who emits it, where
-it is journaled and what ``duration_ms`` measures; the README's event table
-is checked against this catalogue by the tests, and so is every literal kind
-passed to ``log_event`` in the source. Consumers (metrics, the journal
+it is journaled and what ``duration_ms`` measures; the events reference's table
+(docs/reference/events.md) is checked against this catalogue by the tests, and so
+is every literal kind passed to ``log_event`` in the source. Consumers (metrics, the journal
 writer, the dashboard) select kinds from here rather than spelling them again.
 """
 
@@ -255,6 +255,12 @@ _SPECS = (
         "MCP server (log)",
         "-",
         "an MCP call's job could not be read while waiting for it (error class)",
+    ),
+    EventSpec(
+        "mcp_task_failed",
+        "MCP server (log)",
+        "-",
+        "an MCP tasks/* request could not be answered (step, error class)",
     ),
     EventSpec("jobs_pruned", "job pruner (log)", "-", "finished jobs past retention were deleted"),
     EventSpec("job_prune_failed", "job pruner (log)", "-", "a job prune sweep failed"),

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ._pipeline_graph import run_graph
+
 CHART_TOOLS = 6
 CHART_WIDTH = 300
 CHART_HEIGHT = 64
@@ -60,7 +62,8 @@ def page(title: str, body: str, *, poll: str, interval: float, csrf: str | None)
 </head>
 <body data-poll="{h(poll)}" data-interval="{interval:g}">
 <header><a href="/" class="brand">tenure</a>
-<nav><a href="/workers">workers</a><a href="/queues">queues</a></nav>
+<nav><a href="/jobs" id="nav-jobs">jobs</a><a href="/workers">workers</a>
+<a href="/queues">queues</a></nav>
 <span class="title">{h(title)}</span>
 <span class="status" id="status">live</span>{logout}</header>
 <main>{body}</main>
@@ -221,6 +224,7 @@ def pipelines_table(runs: Sequence[Mapping[str, Any]] | None) -> str:
         rows.append(
             f"<tr><td>{run['run_id']}</td><td>{h(run['pipeline'])}</td>"
             f"<td>{h(run['state'])}</td><td>{chips}</td><td>{clock(run['updated_at'])}</td></tr>"
+            f'<tr class="graph-row"><td colspan="5">{run_graph(run)}</td></tr>'
         )
     return (
         '<table class="pipelines"><thead><tr><th>run</th><th>pipeline</th><th>state</th>'
@@ -308,9 +312,24 @@ def job_page(job_id: int, fragments: Mapping[str, str], notice: str | None) -> s
     return (
         f"{flash}<section><h2>Job {job_id}</h2>"
         f'<div id="summary">{fragments["summary"]}</div></section>'
+        '<section><h2>Ownership</h2><p class="hint">each claim as a bar on one time axis '
+        "(database clock): who held the lease, under which token, until what ended it</p>"
+        f'<div id="picture">{fragments["picture"]}</div>{picture_legend()}</section>'
         '<section><h2>Timeline</h2><p class="hint">who held it, under which token, when '
         "each lease was confirmed or lost, which requests were sent (database clock)</p>"
         f'<div id="timeline">{fragments["timeline"]}</div></section>'
+    )
+
+
+def picture_legend() -> str:
+    """What the ownership picture's shapes mean (`_picture.py` draws them)."""
+    return (
+        '<p class="hint legend"><span class="key held-running"></span> lease held '
+        '<span class="key held-succeeded"></span> committed '
+        '<span class="key held-expired"></span> expired or lost '
+        '<span class="key lease-rest"></span> lease granted, not yet run out · '
+        "a thin line: the last heartbeat confirmed · "
+        "◆ n: ownership event n, listed with the picture</p>"
     )
 
 

@@ -78,11 +78,20 @@ class StoreBase:
         await self.close()
 
     async def _fetch(
-        self, name: str, params: dict[str, Any], timeout: float | None = None
+        self,
+        name: str,
+        params: dict[str, Any],
+        timeout: float | None = None,
+        *,
+        prepare: bool | None = None,
     ) -> list[dict[str, Any]]:
+        """Rows of a named statement. ``prepare=False`` plans it with this call's values
+        every time (for statements whose absent filters must fold away, never a generic plan)."""
         async with self._pool.connection() as conn:
             with deadline(conn, timeout), typed_errors():
-                cursor = await conn.cursor(row_factory=dict_row).execute(statement(name), params)
+                cursor = await conn.cursor(row_factory=dict_row).execute(
+                    statement(name), params, prepare=prepare
+                )
                 return await cursor.fetchall() if cursor.description else []
 
     async def _execute(self, name: str, params: dict[str, Any]) -> int:

@@ -11,6 +11,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from .._errors import JobNotFound
+from .._search import JobListing, JobSearch
 from ._base import StoreBase
 from ._connection import (
     rows_of,
@@ -36,6 +37,8 @@ from ._rows import (
     WaitingSummary,
     journal_params,
 )
+
+SEARCH_TIMEOUT = 10.0  # a search past this is cut off (its connection dropped), not awaited
 
 
 class JournalStatements(StoreBase):
@@ -85,6 +88,11 @@ class JournalStatements(StoreBase):
     async def job_timeline(self, job_id: int, limit: int = 1000) -> list[JournalEntry]:
         rows = await self._fetch("job_timeline", {"job_id": job_id, "limit": limit})
         return cast(list[JournalEntry], rows)
+
+    async def search_jobs(self, search: JobSearch) -> list[JobListing]:
+        """A page of the job explorer (one row more than the page), planned with its values."""
+        rows = await self._fetch("search_jobs", search.params(), SEARCH_TIMEOUT, prepare=False)
+        return cast(list[JobListing], rows)
 
     async def job_detail(self, job_id: int) -> JobDetail:
         """The job without payload, result or error message (what an operator may see)."""

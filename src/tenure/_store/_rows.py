@@ -422,6 +422,8 @@ class RunSummary(TypedDict):
     state: RunState
     updated_at: datetime
     stages: list[dict[str, Any]]
+    start: Any  # the graph's start stages (a list), as the run stored it
+    graph: list[dict[str, Any]] | None  # each stage's name, next and on; never arguments
 
 
 class ServerInfo(TypedDict):

@@ -1,11 +1,11 @@
 -- tenure's schema as it stands after every migration, in one file, for reading.
 --
--- As of migration: 0011_workers
+-- As of migration: 0013_explorer
 --
 -- Nothing applies this file: `tenure migrate` runs migrations/*.sql in order, and that is
 -- the only way tenure's tables are made. This file is what those migrations add up to,
 -- written out once in dependency order with a short note on why each thing is there (the
--- migration that made it, 0001-0011, says more). Statements that migrations later replaced
+-- migration that made it, 0001-0013, says more). Statements that migrations later replaced
 -- are shown only in their current form: tenure_admit (0004, replaced in 0005), the claim
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
 -- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
@@ -211,6 +211,20 @@ CREATE UNIQUE INDEX tenure_jobs_tenant_key ON tenure_jobs (tenant, idempotency_k
 -- The job pruner walks each of its tools' expired jobs in prune_after order.
 CREATE INDEX tenure_jobs_prune ON tenure_jobs (tool, prune_after)
     WHERE prune_after IS NOT NULL;
+
+-- (0013) The job explorer: newest first by (created_at, id), one index per filter (none:
+-- tenure_jobs_created above, from 0011; state, tool, tenant) so that every page, first or a
+-- thousand deep, is one range scan from its keyset cursor. Like tenure_jobs_created, none
+-- holds a running job (a claim and every heartbeat add no entry to them; running jobs are
+-- searched through tenure_jobs_lease_until), and `created_at > '-infinity'`, true of every
+-- row, is stated only by the statements meant for them (the claim's queued branch was once
+-- planned on _tool_created). The tenant one holds only jobs that have a tenant.
+CREATE INDEX tenure_jobs_state_created ON tenure_jobs (state, created_at, id)
+    WHERE state <> 'running' AND created_at > '-infinity';
+CREATE INDEX tenure_jobs_tool_created ON tenure_jobs (tool, created_at, id)
+    WHERE state <> 'running' AND created_at > '-infinity';
+CREATE INDEX tenure_jobs_tenant_created ON tenure_jobs (tenant, created_at, id)
+    WHERE tenant <> '' AND state <> 'running' AND created_at > '-infinity';
 
 -- One notification on channel tenure_jobs per enqueueing statement wakes idle workers; the
 -- payload is empty (workers claim whatever is due), so a bulk insert costs one NOTIFY, not

@@ -382,7 +382,7 @@ class GuardPolicy:
                 "one, anyone who can reach this receiver can lock a job out with a forged "
                 "huge X-Execution-Fence or take its predictable idempotency key first. Pass "
                 "insecure=True only behind authentication that runs before the fence "
-                "(see the README)"
+                '(see docs/guides/receivers.md, "Insecure mode")'
             )
         if secrets and insecure:
             raise FenceConfigError("secret=... and insecure=True contradict each other")

@@ -42,6 +42,7 @@ KEY_META = "idempotencyKey"  # the request `_meta` entry a client names its own 
 MAX_CLIENT_KEY = 400  # the rest of MAX_KEY_LENGTH is tenure's prefix
 SESSION_HEADER = "mcp-session-id"
 DIGEST_CHARS = 32  # 128 bits of SHA-256
+REQUEST_TENANT = "mcp:request:"
 MAX_SHOWN_ID = 64  # a longer (or unprintable) request id is keyed by its digest
 
 assert len("mcp:key:") + MAX_CLIENT_KEY <= MAX_KEY_LENGTH
@@ -66,6 +67,11 @@ class Caller:
     tenant: str
     channel: str | None
 
+    @property
+    def returns(self) -> bool:
+        """Whether this caller can come back for a job (False: a stateless request's)."""
+        return not self.tenant.startswith(REQUEST_TENANT)
+
 
 def caller_of(ctx: Ctx, server: Server[Any]) -> Caller:
     channel = _channel(ctx, server)
@@ -74,7 +80,7 @@ def caller_of(ctx: Ctx, server: Server[Any]) -> Caller:
         return Caller(f"mcp:user:{_digest(principal)}", channel)
     if channel is not None:
         return Caller(f"mcp:session:{channel}", channel)
-    return Caller(f"mcp:request:{secrets.token_hex(16)}", None)
+    return Caller(f"{REQUEST_TENANT}{secrets.token_hex(16)}", None)
 
 
 def _channel(ctx: Ctx, server: Server[Any]) -> str | None:

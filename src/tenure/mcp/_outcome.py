@@ -1,7 +1,6 @@
 """What an MCP caller is told about its call: tenure's job states as MCP results, in one place.
 
-The plain path (the only one the SDK allows: see `_sdk`) answers ``tools/call``
-once the job has ended:
+The plain path answers ``tools/call`` once the job has ended:
 
 =========== ==============================================================
 job state   ``CallToolResult``
@@ -23,12 +22,8 @@ and ``quota_exceeded`` say what to change. Every result carries
 ``_meta["tenure/job"]``: the job's id, whether this call created it, its state
 and attempts.
 
-Task seam. Where an SDK implements the tasks extension, this is where job
-states become task statuses: queued and running → ``working`` (lease, attempt
-and progress → ``statusMessage``), succeeded → ``completed``, failed →
-``failed``, cancelled → ``cancelled``, retention → ``ttl``. WAITPOINTS: a job
-waiting for outside input (a later issue's ``waiting`` state) → the
-extension's ``input_required``.
+A task-augmented call (`_tasks`) answers ``tasks/result`` with the same
+``CallToolResult``; job states become task statuses there.
 """
 
 from __future__ import annotations
@@ -63,11 +58,16 @@ def _result(
     )
 
 
-def job_result(job: Job, *, created: bool) -> CallToolResult:
-    """The result of a job that has ended (see the table above)."""
-    meta = {
+def job_meta(job: Job, *, created: bool) -> dict[str, Any]:
+    """``_meta["tenure/job"]``: the job's id, whether this call created it, state, attempts."""
+    return {
         META_KEY: {"id": job.id, "created": created, "state": job.state, "attempts": job.attempt}
     }
+
+
+def job_result(job: Job, *, created: bool) -> CallToolResult:
+    """The result of a job that has ended (see the table above)."""
+    meta = job_meta(job, created=created)
     if job.state == "succeeded":
         value = job.result
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

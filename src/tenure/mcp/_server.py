@@ -37,6 +37,7 @@ from mcp_types import (
     ListToolsResult,
     PaginatedRequestParams,
     RequestId,
+    TextContent,
     Tool,
 )
 
@@ -44,8 +45,9 @@ from .._app import App
 from .._errors import IdempotencyConflict, JobAlreadyEnded, PayloadError, QuotaExceeded
 from .._job import Job
 from ._caller import Caller, Channel, caller_of, job_key
-from ._outcome import invalid_arguments, job_result, refused
+from ._outcome import invalid_arguments, job_meta, job_result, refused
 from ._sdk import Ctx
+from ._tasks import Tasks, TaskServer, execution, register, wants_task
 
 logger = logging.getLogger("tenure.mcp")
 
@@ -64,9 +66,10 @@ class _Call:
 class _Bridge:
     """The handlers, over one App."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, *, answer_waitpoints: bool = False) -> None:
         self.app = app
         self.server: Server[Channel] | None = None
+        self.tasks = Tasks(app, lambda ctx: caller_of(ctx, self._server()), ask=answer_waitpoints)
         # (channel, request id) → call. A cancel names the request; it may arrive while
         # the job is being queued, or after the handler was interrupted (the dispatcher
         # interrupts first and tells us second), so entries outlive their handler.
@@ -78,14 +81,19 @@ class _Bridge:
 
     # -- tools/list ------------------------------------------------------------------
 
-    def tools(self) -> list[Tool]:
+    def tools(self, ctx: Ctx) -> list[Tool]:
         return [
-            Tool(name=s["name"], description=s["description"], input_schema=s["parameters"])
+            Tool(
+                name=s["name"],
+                description=s["description"],
+                input_schema=s["parameters"],
+                execution=execution(ctx),
+            )
             for s in self.app.tool_schemas()
         ]
 
     async def list_tools(self, ctx: Ctx, params: PaginatedRequestParams | None) -> ListToolsResult:
-        return ListToolsResult(tools=self.tools())
+        return ListToolsResult(tools=self.tools(ctx))
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
         if name not in self.app.tools:
@@ -100,6 +108,8 @@ class _Bridge:
             raise MCPError(INVALID_PARAMS, f"unknown tool {params.name[:MAX_SHOWN_NAME]!r}")
         caller = caller_of(ctx, self._server())
         key = job_key(caller, ctx, params.meta)
+        if wants_task(ctx, caller):
+            return await self._task(params, key, caller)
         call = self._track(caller, ctx.request_id)
         try:
             job = await self._enqueue(params, key, caller)
@@ -121,6 +131,22 @@ class _Bridge:
             raise _internal("follow", params.name, exc) from None
         self._untrack(caller, ctx.request_id)
         return job_result(final, created=job.created)
+
+    async def _task(
+        self, params: CallToolRequestParams, key: str, caller: Caller
+    ) -> CallToolResult:
+        """A task-augmented call: queue the job and answer at once with its task (see
+        `_tasks`); the client follows it with ``tasks/*``, not this request."""
+        job = await self._enqueue(params, key, caller)
+        if isinstance(job, CallToolResult):  # refused, nothing queued: there is no task
+            text = job.content[0].text if isinstance(job.content[0], TextContent) else ""
+            error = (job.structured_content or {}).get("error")
+            raise MCPError(INVALID_PARAMS, text, data=error)
+        try:
+            created = await self.tasks.created(job)
+        except Exception as exc:
+            raise _internal("enqueue", params.name, exc) from None
+        return CallToolResult(content=[], _meta={**job_meta(job, created=job.created), **created})
 
     async def _enqueue(
         self, params: CallToolRequestParams, key: str, caller: Caller
@@ -219,14 +245,24 @@ async def _lifespan(server: Server[Channel]) -> AsyncIterator[Channel]:
     yield Channel()
 
 
-def server(app: App, *, name: str = "tenure", instructions: str | None = None) -> Server[Any]:
+def server(
+    app: App,
+    *,
+    name: str = "tenure",
+    instructions: str | None = None,
+    answer_waitpoints: bool = False,
+) -> Server[Any]:
     """An MCP server (the SDK's low-level `Server`) exposing ``app``'s tools, each call a job.
+
+    ``answer_waitpoints``: a task's own caller is asked (MCP elicitation, while it waits in
+    ``tasks/result``) each question its call waits on, and its reply answers the waitpoint.
+    Off by default: a waitpoint is answered by whoever the tool gave its token to.
 
     Serve it yourself (``await srv.run(read, write, srv.create_initialization_options())``,
     ``srv.streamable_http_app(...)``), or use `serve_stdio` / `http_app`.
     """
-    bridge = _Bridge(app)
-    srv: Server[Channel] = Server(
+    bridge = _Bridge(app, answer_waitpoints=answer_waitpoints)
+    srv: Server[Channel] = TaskServer(
         name,
         version=_tenure_version(),
         instructions=instructions,
@@ -238,6 +274,7 @@ def server(app: App, *, name: str = "tenure", instructions: str | None = None) -
     srv.add_notification_handler(
         "notifications/cancelled", CancelledNotificationParams, bridge.cancelled
     )
+    register(srv, bridge.tasks)
     bridge.server = srv
     return srv
 

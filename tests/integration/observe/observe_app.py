@@ -94,6 +94,14 @@ def build_app(dsn: str | None = None, *, journal_key: str | None = None) -> App:
         await asyncio.sleep(seconds)
         return {"echo": text}
 
+    @tool(lease=3.0, heartbeat=1.0, jitter=0.5)
+    async def stepped(ctx: Context, total: int, pause: float) -> int:
+        """Reports its progress step by step (the browser watches the job page follow)."""
+        for done in range(1, total + 1):
+            ctx.report_progress(done, total, f"step {done}")
+            await asyncio.sleep(pause)
+        return total
+
     return app
 
 

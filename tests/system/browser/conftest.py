@@ -10,13 +10,18 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 # The observability tests' fixtures: workers of the observe app, a producer, the journal.
 from tests.integration.observe.conftest import journal, ops  # noqa: F401
+from tests.support.workers import Journal, WorkerGroup
 from tests.system.observe.conftest import workers  # noqa: F401
+
+from tenure import App
+from tenure._observe._dashboard import create_dashboard
+from tenure._observe._http import ServerThread
 
 CHROMIUM = "/usr/bin/chromium"
 REBIND_HOST = "rebind.test"  # an attacker's name that resolves to 127.0.0.1
@@ -31,6 +36,8 @@ ARGS = [
     f"--host-resolver-rules=MAP {REBIND_HOST} 127.0.0.1",  # DNS rebinding, without a DNS server
 ]
 ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
+TOKEN = "browser-test-token-0123456789"
+POLL = 0.3
 
 
 @pytest.fixture(scope="module")
@@ -57,3 +64,48 @@ def artifacts() -> Path:
     """Where screenshots go (gitignored): kept after the run for a human to look at."""
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture
+def board(tenure_dsn: str) -> Iterator[dict[str, str]]:
+    """Two dashboards on one database: read-only ("open"), and with an access token
+    ("locked"); their base URLs."""
+    servers = {
+        "open": ServerThread(create_dashboard(tenure_dsn, poll_interval=POLL), "127.0.0.1", 0),
+        "locked": ServerThread(
+            create_dashboard(tenure_dsn, access_token=TOKEN, poll_interval=POLL), "127.0.0.1", 0
+        ),
+    }
+    try:
+        yield {name: server.start() for name, server in servers.items()}
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+class Scene(NamedTuple):
+    """Everything an ownership-picture test drives: the browser, real workers, a producer,
+    the journal, the dashboards and where screenshots go."""
+
+    browser: Any
+    workers: WorkerGroup
+    ops: App
+    journal: Journal
+    board: dict[str, str]
+    artifacts: Path
+
+
+@pytest.fixture
+def scene(
+    request: pytest.FixtureRequest, browser: Any, board: dict[str, str], artifacts: Path
+) -> Scene:
+    """The fixtures a test with workers and a browser needs, in one (named as in conftest
+    of tests/observe, whose fixtures this module imports under those names)."""
+    return Scene(
+        browser,
+        request.getfixturevalue("workers"),
+        request.getfixturevalue("ops"),
+        request.getfixturevalue("journal"),
+        board,
+        artifacts,
+    )

@@ -7,21 +7,18 @@ the access token and is refused without it. Screenshots land in artifacts/.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from tests.support.workers import Journal, WorkerGroup, wait_job
-from tests.system.browser.conftest import REBIND_HOST
+from tests.system.browser.conftest import REBIND_HOST, TOKEN, Scene
 
 from tenure import App
-from tenure._observe._dashboard import create_dashboard
-from tenure._observe._http import ServerThread
 
-TOKEN = "browser-test-token-0123456789"
-POLL = 0.3
+pytestmark = pytest.mark.storage
+
 # A monotone run of samples of a lease bar's width (percent), 100 ms apart: shrinking.
 SHRINKING = """([id]) => {
     const bar = document.querySelector(`tr[data-job="${id}"] rect.bar-fill`);
@@ -34,37 +31,16 @@ SHRINKING = """([id]) => {
 }"""
 
 
-@pytest.fixture
-def board(tenure_dsn: str) -> Iterator[dict[str, str]]:
-    """Two dashboards on one database: read-only, and with an access token."""
-    servers = {
-        "open": ServerThread(create_dashboard(tenure_dsn, poll_interval=POLL), "127.0.0.1", 0),
-        "locked": ServerThread(
-            create_dashboard(tenure_dsn, access_token=TOKEN, poll_interval=POLL), "127.0.0.1", 0
-        ),
-    }
-    try:
-        yield {name: server.start() for name, server in servers.items()}
-    finally:
-        for server in servers.values():
-            server.stop()
-
-
 def running_on(journal: Journal, job_id: int, owner: str, workers: WorkerGroup) -> dict[str, Any]:
     return wait_job(
         journal, job_id, lambda r: r["owner"] == owner, f"never ran on {owner}", workers
     )
 
 
-def test_a_running_lease_shrinks_live_and_the_reclaim_shows_after_a_kill(
-    browser: Any,
-    workers: WorkerGroup,
-    ops: App,
-    journal: Journal,
-    board: dict[str, str],
-    artifacts: Path,
-) -> None:
+def test_a_running_lease_shrinks_live_and_the_reclaim_shows_after_a_kill(scene: Scene) -> None:
     from playwright.sync_api import expect
+
+    browser, workers, ops, journal, board, artifacts = scene
 
     holder = workers.spawn("holder")
     holder.wait_started()

@@ -4,6 +4,7 @@ restart, is answered exactly once, and resumes where it asked."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
@@ -101,6 +102,33 @@ def test_an_answer_is_accepted_once_and_a_cancel_closes_the_waitpoint(
     with pytest.raises(tenure.Conflict):
         ops.complete_waitpoint_sync("wp_not-a-token", {"approved": True})
     assert journal.kinds(jobs[1].id).count("waitpoint_answered") == 0
+
+
+async def test_a_watcher_is_told_when_a_call_suspends(
+    workers: WorkerGroup, tenure_dsn: str, tmp_path: Path
+) -> None:
+    """``App.watch`` sees a job go to ``waiting`` because the suspension notifies, not
+    because it reads again later: its App reads unprompted only once an hour."""
+    app = build_app(tenure_dsn)
+    app.poll_interval = 3600.0
+    try:
+        workers.spawn("a")
+        arguments = {
+            "payment_id": "pay-9",
+            "amount_cents": 10,
+            "receiver": "http://127.0.0.1:9",
+            "notes": str(tmp_path / "notes.txt"),
+        }
+        job = await app.enqueue("capture_when_approved", arguments)
+        seen: list[str] = []
+        async with asyncio.timeout(60):  # the test's bound, far below the hour
+            async for now in app.watch(job.id):
+                seen.append(now.state)
+                if now.state == "waiting":
+                    break
+        assert seen[-1] == "waiting", seen
+    finally:
+        await app.aclose()
 
 
 @pytest.fixture

@@ -1,22 +1,12 @@
-"""The README's tracing example runs as written and prints one trace, as the README shows."""
+"""The tracing example (docs/operations/tracing.md) runs as written and prints one trace,
+as the page shows."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-MARKER = "<!-- example: traces"
-
-
-def example() -> tuple[str, str]:
-    """The example's code and the output the README shows for it."""
-    after = (ROOT / "README.md").read_text().split(MARKER, 1)[1]
-    code, shown = re.findall(r"```(?:python)?\n(.*?)\n```", after, re.S)[:2]
-    return code, shown
+from tests.support.docs import printed_and_shown
 
 
 def shape(lines: list[str]) -> tuple[list[str], set[str]]:
@@ -25,11 +15,9 @@ def shape(lines: list[str]) -> tuple[list[str], set[str]]:
     return [re.sub(r"trace=[0-9a-f]{32}", "trace=<id>", line) for line in lines], ids
 
 
-def test_the_tracing_example_prints_one_trace_as_the_readme_says(tenure_dsn: str) -> None:
-    code, shown = example()
-    env = {**os.environ, "TENURE_DSN": tenure_dsn, "PYTHONUNBUFFERED": "1"}
-    run = [sys.executable, "-c", code]
-    done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    printed, ids = shape(done.stdout.splitlines())
-    assert (printed, len(ids)) == (shape(shown.splitlines())[0], 1), done.stdout
+def test_the_tracing_example_prints_one_trace_as_the_page_says(
+    tenure_dsn: str, tmp_path: Path
+) -> None:
+    lines, shown = printed_and_shown("traces", tenure_dsn, tmp_path)
+    printed, ids = shape(lines)
+    assert (printed, len(ids)) == (shape(shown)[0], 1), lines

@@ -1,7 +1,8 @@
-"""The README's fenced tool, run as written by a real worker: one HTTP client per process.
+"""The receivers guide's fenced tool, run as written by a real worker: one HTTP client per
+process.
 
-The example is taken from the README, pointed at a local service instead of
-``http://cases.internal``, and loaded by ``tenure worker``. Building an
+The example is taken from docs/guides/receivers.md, pointed at a local service instead of
+``http://cases.internal`` (its ``CASES_URL``), and loaded by ``tenure worker``. Building an
 ``httpx.AsyncClient`` per call costs a TLS context on the event loop each time
 (twenty at once withheld heartbeats); a shared client also keeps its connection,
 so the service sees every call arrive on the one connection.
@@ -9,7 +10,6 @@ so the service sees every call arrive on the one connection.
 
 from __future__ import annotations
 
-import re
 import runpy
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,22 +19,20 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from tests.support.docs import example
 from tests.support.workers import Journal, WorkerGroup, wait_job
 
 from tenure._observe._http import ServerThread
 
-ROOT = Path(__file__).resolve().parents[3]
 CALLS = 6
 ENDED = ("succeeded", "failed", "cancelled")
 
 
 def sending_side() -> str:
-    """The first Python block of the README's fence section: the tool that sends."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Side effects that happen once", 1)[1].split("\n## ", 1)[0]
-    blocks: list[str] = re.findall(r"```python\n(.+?)\n```", section, re.S)
-    assert blocks and "@app.tool(" in blocks[0], section[:2000]
-    return blocks[0]
+    """The receivers guide's example of the sending side: the tool that sends."""
+    block = example("fence-tool")
+    assert "@app.tool(" in block.code, block.where
+    return block.code
 
 
 @pytest.fixture
@@ -59,24 +57,21 @@ def cases_service() -> Iterator[tuple[str, list[int]]]:
         server.stop()
 
 
-def test_the_readme_tool_shares_one_client_across_calls(
+def test_the_fenced_tool_example_shares_one_client_across_calls(
     tenure_dsn: str,
     tmp_path: Path,
     cases_service: tuple[str, list[int]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, ports = cases_service
-    code = sending_side()
-    assert '"http://cases.internal"' in code
     module = tmp_path / "readme_tool.py"
-    module.write_text(
-        "import tenure\napp = tenure.App()\n\n" + code.replace('"http://cases.internal"', repr(url))
-    )
+    module.write_text(sending_side(), encoding="utf-8")
     monkeypatch.setenv("TENURE_DSN", tenure_dsn)
+    monkeypatch.setenv("CASES_URL", url)
     producer = runpy.run_path(str(module))["app"]
     journal = Journal(tenure_dsn)
     with WorkerGroup(tenure_dsn, tmp_path, app="readme_tool:app") as workers:
-        worker = workers.spawn("readme", env={"PYTHONPATH": str(tmp_path)})
+        worker = workers.spawn("readme", env={"PYTHONPATH": str(tmp_path), "CASES_URL": url})
         worker.wait_started()
         try:
             jobs = [

@@ -184,15 +184,24 @@ SELECT to_regclass('tenure_runs') IS NOT NULL
 
 -- name: pipeline_runs
 -- Recent pipeline runs with their stages in order (names, rounds, states, jobs and verdicts;
--- never the run's input, context or result). Runs only once pipelines_exist said so.
+-- never the run's input, context or result), and the structure of the run's graph for the
+-- dashboard's drawing: start stages, and each stage's name, next and on (never its tool's
+-- arguments). Runs only once pipelines_exist said so.
 SELECT r.id AS run_id, r.pipeline, r.state, r.updated_at,
        coalesce(jsonb_agg(jsonb_build_object('stage', s.name, 'round', s.round,
                                              'state', s.state, 'job_id', s.job_id,
                                              'decision', s.decision) ORDER BY s.id)
-                    FILTER (WHERE s.id IS NOT NULL), '[]'::jsonb) AS stages
-FROM (SELECT id, pipeline, state, updated_at FROM tenure_runs ORDER BY id DESC LIMIT %(limit)s) r
+                    FILTER (WHERE s.id IS NOT NULL), '[]'::jsonb) AS stages,
+       r.graph -> 'start' AS start,
+       (SELECT jsonb_agg(jsonb_build_object('name', g -> 'name', 'next', g -> 'next',
+                                            'on', g -> 'on') ORDER BY n)
+        FROM jsonb_array_elements(CASE jsonb_typeof(r.graph -> 'stages')
+                                      WHEN 'array' THEN r.graph -> 'stages' END)
+             WITH ORDINALITY AS e (g, n)) AS graph
+FROM (SELECT id, pipeline, state, updated_at, graph
+      FROM tenure_runs ORDER BY id DESC LIMIT %(limit)s) r
 LEFT JOIN tenure_run_stages s ON s.run_id = r.id AND s.kind = 'stage'
-GROUP BY r.id, r.pipeline, r.state, r.updated_at
+GROUP BY r.id, r.pipeline, r.state, r.updated_at, r.graph
 ORDER BY r.id DESC
 
 -- name: server_info
@@ -272,3 +281,54 @@ WITH per_bucket AS (
 SELECT tool, bucket, queued, tools
 FROM per_bucket JOIN busiest USING (tool)
 ORDER BY bucket
+
+-- name: search_jobs
+-- The dashboard's job explorer and App.search_jobs: newest first by (created_at, id), every
+-- filter optional, the page after a keyset cursor (after_at, after_id), never OFFSET. The
+-- store sends it unprepared, so each call is planned with its values: the `IS NULL OR`
+-- guards of absent filters fold away and the remaining ones meet the index made for them.
+-- Two branches, merged: jobs not running, through migration 0013's partial indexes (one per
+-- filter, in page order), and running jobs, through tenure_jobs_lease_until (a set as small
+-- as the workers' capacity, sorted here). Running rows are kept out of the explorer's
+-- indexes so that a claim and every heartbeat (non-HOT updates of a running row) add no
+-- entry to them; `created_at > '-infinity'` is their predicate, which no other statement
+-- states (so none but this one is ever planned on them). A key goes to
+-- tenure_jobs_tenant_key, an id to the primary key. No payload, result or error message.
+(
+    SELECT id, tool, state, tenant, idempotency_key, attempt, max_attempts, token, owner,
+           created_at, updated_at, finished_at, error ->> 'code' AS code
+    FROM tenure_jobs
+    WHERE state <> 'running' AND created_at > '-infinity'
+      AND %(state)s::text IS DISTINCT FROM 'running'
+      AND (%(id)s::bigint IS NULL OR id = %(id)s::bigint)
+      AND (%(key)s::text IS NULL OR idempotency_key = %(key)s::text)
+      AND (%(state)s::text IS NULL OR state = %(state)s::text)
+      AND (%(tool)s::text IS NULL OR tool = %(tool)s::text)
+      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+      AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s::timestamptz)
+      AND (%(after_at)s::timestamptz IS NULL
+           OR (created_at, id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
+    ORDER BY created_at DESC, id DESC
+    LIMIT %(limit)s
+)
+UNION ALL
+(
+    SELECT id, tool, state, tenant, idempotency_key, attempt, max_attempts, token, owner,
+           created_at, updated_at, finished_at, error ->> 'code' AS code
+    FROM tenure_jobs
+    WHERE state = 'running' AND lease_until > '-infinity'
+      AND (%(state)s::text IS NULL OR %(state)s::text = 'running')
+      AND (%(id)s::bigint IS NULL OR id = %(id)s::bigint)
+      AND (%(key)s::text IS NULL OR idempotency_key = %(key)s::text)
+      AND (%(tool)s::text IS NULL OR tool = %(tool)s::text)
+      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+      AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s::timestamptz)
+      AND (%(after_at)s::timestamptz IS NULL
+           OR (created_at, id) < (%(after_at)s::timestamptz, %(after_id)s::bigint))
+    ORDER BY created_at DESC, id DESC
+    LIMIT %(limit)s
+)
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s

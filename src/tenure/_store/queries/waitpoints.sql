@@ -8,6 +8,7 @@ SELECT value FROM tenure_secrets WHERE name = 'waitpoint'
 -- predicate as any commit, the job leaves the lease (state waiting: no heartbeat, no slot)
 -- and its waitpoint opens, in one statement. Zero rows: the lease was lost; nothing opens.
 -- The attempt stays counted while it waits; the answer refunds it (waiting is no failure).
+-- Watchers (App.watch, on tenure_progress) are told: the state changed.
 WITH suspended AS (
     UPDATE tenure_jobs j
     SET state = 'waiting',
@@ -38,8 +39,10 @@ WITH suspended AS (
                               'on_timeout', %(on_timeout)s::text),
            NULL, s.ran_ms, s.payload_hmac
     FROM suspended s
+), notified AS (
+    SELECT tenure_notify('tenure_progress', array_agg(s.id::text)) AS n FROM suspended s
 )
-SELECT s.id, (SELECT count(*) FROM opened) AS opened FROM suspended s
+SELECT s.id, (SELECT count(*) FROM opened) AS opened FROM notified, suspended s
 
 -- name: complete_waitpoint
 -- Compare-and-set: the waitpoint must be open and its job still waiting under the token it

@@ -16,9 +16,29 @@ from typing import Any, Literal, cast
 import anyio
 import psycopg
 from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client.session import ElicitationFnT
 from mcp.server.lowlevel import Server
+from mcp.shared.dispatcher import CallOptions
 from mcp.shared.memory import create_client_server_memory_streams
-from mcp_types import CallToolResult, RequestParamsMeta, TextContent
+from mcp_types import (
+    CallToolRequest,
+    CallToolRequestParams,
+    CallToolResult,
+    CancelTaskRequest,
+    CancelTaskRequestParams,
+    CancelTaskResult,
+    CreateTaskResult,
+    GetTaskPayloadRequest,
+    GetTaskPayloadRequestParams,
+    GetTaskRequest,
+    GetTaskRequestParams,
+    GetTaskResult,
+    ListTasksRequest,
+    ListTasksResult,
+    RequestParamsMeta,
+    TaskMetadata,
+    TextContent,
+)
 from psycopg.rows import dict_row
 from tests.support.workers import REPO_ROOT
 
@@ -51,14 +71,29 @@ async def _memory(server: Server[Any], cut: anyio.Event | None) -> AsyncIterator
 
 
 def memory_client(
-    server: Server[Any], era: Era = "modern", cut: anyio.Event | None = None
+    server: Server[Any],
+    era: Era = "modern",
+    cut: anyio.Event | None = None,
+    elicitation: ElicitationFnT | None = None,
 ) -> Client:
-    """A connection of the SDK's own client: 2026-07-28 (probed) or the 2025 handshake."""
-    return Client(_memory(server, cut), mode="legacy" if era == "legacy" else "auto")
+    """A connection of the SDK's own client: 2026-07-28 (probed) or the 2025 handshake
+    (``elicitation``: how it answers the server's questions)."""
+    return Client(
+        _memory(server, cut),
+        mode="legacy" if era == "legacy" else "auto",
+        elicitation_callback=elicitation,
+    )
 
 
-def stdio(dsn: str, errlog: Path, *args: str, env: dict[str, str] | None = None) -> Client:
-    """``python -m tenure mcp ...`` as a real subprocess, through the SDK's stdio client."""
+def stdio(
+    dsn: str,
+    errlog: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    legacy: bool = False,
+) -> Client:
+    """``python -m tenure mcp ...`` as a real subprocess, through the SDK's stdio client
+    (``legacy``: on the 2025 handshake, where MCP tasks are)."""
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "tenure", "mcp", *args],
@@ -70,7 +105,7 @@ def stdio(dsn: str, errlog: Path, *args: str, env: dict[str, str] | None = None)
             **(env or {}),
         },
     )
-    return Client(_stdio(params, errlog))
+    return Client(_stdio(params, errlog), mode="legacy" if legacy else "auto")
 
 
 @asynccontextmanager
@@ -123,3 +158,42 @@ def jobs(dsn: str, tool: str | None = None) -> list[dict[str, Any]]:
         " WHERE %(tool)s::text IS NULL OR tool = %(tool)s::text ORDER BY id",
         {"tool": tool},
     )
+
+
+async def task_call(
+    client: Client, tool: str, arguments: dict[str, Any], meta: RequestParamsMeta | None = None
+) -> CreateTaskResult:
+    """A task-augmented ``tools/call`` (2025-11-25), sent through the SDK client's own session
+    and transport. Raw: the SDK's ``call_tool`` parses only a ``CallToolResult``."""
+    return CreateTaskResult.model_validate(await task_call_raw(client, tool, arguments, meta))
+
+
+async def task_call_raw(
+    client: Client, tool: str, arguments: dict[str, Any], meta: RequestParamsMeta | None = None
+) -> dict[str, Any]:
+    """`task_call`'s reply as it came, unparsed."""
+    params = CallToolRequestParams(name=tool, arguments=arguments, task=TaskMetadata(), _meta=meta)
+    data = CallToolRequest(params=params).model_dump(by_alias=True, mode="json", exclude_none=True)
+    session = client.session
+    opts: CallOptions = {}
+    session._stamp(data, opts)
+    return await session._dispatcher.send_raw_request("tools/call", data["params"], opts)
+
+
+async def task_get(client: Client, task_id: str) -> GetTaskResult:
+    request = GetTaskRequest(params=GetTaskRequestParams(task_id=task_id))
+    return await client.session.send_request(request, GetTaskResult)
+
+
+async def task_result(client: Client, task_id: str) -> CallToolResult:
+    request = GetTaskPayloadRequest(params=GetTaskPayloadRequestParams(task_id=task_id))
+    return await client.session.send_request(request, CallToolResult)
+
+
+async def task_cancel(client: Client, task_id: str) -> CancelTaskResult:
+    request = CancelTaskRequest(params=CancelTaskRequestParams(task_id=task_id))
+    return await client.session.send_request(request, CancelTaskResult)
+
+
+async def task_list(client: Client) -> ListTasksResult:
+    return await client.session.send_request(ListTasksRequest(), ListTasksResult)

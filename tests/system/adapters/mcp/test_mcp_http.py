@@ -25,14 +25,23 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
+from mcp.shared.exceptions import MCPError
 from pydantic import AnyHttpUrl
 from tests.integration.fence.helpers import serve
 from tests.support.waiting import wait_until
 from tests.support.workers import REPO_ROOT, WorkerProcess
-from tests.system.adapters.mcp.helpers import jobs, key, text_of
+from tests.system.adapters.mcp.helpers import (
+    jobs,
+    key,
+    task_call,
+    task_call_raw,
+    task_list,
+    task_result,
+    text_of,
+)
 
 from tenure import App, ConfigError
-from tenure.mcp import META_KEY, TOKEN_ENV, http_app, server
+from tenure.mcp import META_KEY, TASKS_REVISION, TOKEN_ENV, http_app, server
 
 APP = "tests.apps.mcp_app:app"
 TOKEN = "a-token-of-twenty-chars"
@@ -161,3 +170,41 @@ async def test_an_authenticated_principal_finds_its_jobs_from_any_session_and_on
     tenants = [r["tenant"] for r in jobs(tenure_dsn, "echo")]
     assert len(tenants) == 2 and len(set(tenants)) == 2
     assert all(t.startswith("mcp:user:") for t in tenants), tenants
+
+
+async def test_a_principals_task_is_its_own_from_any_session_and_nobody_elses(
+    app: App, worker: WorkerProcess, tenure_dsn: str
+) -> None:
+    """Tasks over stateful HTTP (2025-11-25): the task id works from the principal's next
+    session, after the one that created it closed; another principal's is not found."""
+    asgi = server(app).streamable_http_app(
+        auth=AuthSettings(issuer_url=AnyHttpUrl("http://127.0.0.1:9"), resource_server_url=None),
+        token_verifier=_Verifier(),
+    )
+    with serve(asgi) as base:
+        url = f"{base}/mcp"
+        async with bearer(url, "alice-token", "legacy") as alice:
+            task = (await task_call(alice, "echo", {"text": "later", "seconds": 0.5})).task
+        async with bearer(url, "bob-token", "legacy") as bob:
+            with pytest.raises(MCPError, match="Task not found"):
+                await task_result(bob, task.task_id)
+            assert (await task_list(bob)).tasks == []
+        async with bearer(url, "alice-token", "legacy") as alice_again:
+            result = await task_result(alice_again, task.task_id)
+            [listed] = (await task_list(alice_again)).tasks
+    assert text_of(result) == "later"
+    assert listed.task_id == task.task_id and listed.status == "completed"
+    [row] = jobs(tenure_dsn, "echo")
+    assert row["tenant"].startswith("mcp:user:")
+
+
+async def test_a_stateless_caller_without_a_principal_gets_no_task_but_the_plain_answer(
+    app: App, worker: WorkerProcess
+) -> None:
+    """Nobody could come back for a task made for one stateless request: plain path."""
+    with serve(server(app).streamable_http_app(stateless_http=True)) as base:
+        async with Client(f"{base}/mcp", mode="legacy") as client:
+            assert client.protocol_version == TASKS_REVISION
+            raw = await task_call_raw(client, "echo", {"text": "now"})
+    assert "task" not in raw
+    assert raw["content"] == [{"type": "text", "text": "now"}]

@@ -14,7 +14,7 @@ needs_sdk()  # before the SDK's imports below, hence E402
 import anyio
 from mcp_types import CallToolResult
 from tests.apps.fence_app import case_key as fence_case_key
-from tests.integration.fence.helpers import Receivers, count_rows
+from tests.integration.fence.helpers import Receiver, Receivers, count_rows
 from tests.support.waiting import wait_until_async
 from tests.support.workers import WorkerGroup, WorkerProcess
 from tests.system.adapters.mcp.helpers import jobs, key, stdio, text_of
@@ -27,6 +27,26 @@ APP = "tests.apps.mcp_app:app"
 def case_key(job_id: int) -> str:
     """The key ``open_case`` sends the receiver (``ctx.http_auth("open_case")``)."""
     return fence_case_key(job_id).replace("create_case", "open_case")
+
+
+def assert_taken_over_once(
+    result: CallToolResult,
+    first: dict[str, Any],
+    receiver: Receiver,
+    receiver_dsn: str,
+    tenure_dsn: str,
+    logs: str,
+) -> None:
+    """``open_case``, whose first attempt (``first``: its job row then) opened the case and
+    died: one result, from the second attempt under a higher token, and one case."""
+    assert not result.is_error, (result, logs)
+    structured = result.structured_content or {}
+    assert structured["attempt"] == 2 and isinstance(structured["case_id"], int), structured
+    assert count_rows(receiver_dsn, "example_cases", case_key(first["id"])) == 1
+    outcomes = [d["decision"] for d in receiver.decisions(case_key(first["id"]))]
+    assert outcomes == ["accepted", "replayed"], outcomes
+    [row] = jobs(tenure_dsn, "open_case")
+    assert row["state"] == "succeeded" and row["attempt"] == 2 and row["token"] > first["token"]
 
 
 async def test_over_stdio_a_call_completes_with_its_progress(
@@ -83,15 +103,8 @@ async def test_a_worker_sigkilled_mid_call_is_replaced_and_the_client_gets_one_r
             assert w1.kill() == -9
             workers.spawn("w2", env=env)
     [result] = results
-    assert not result.is_error, (result, workers.logs())
-    structured = result.structured_content or {}
-    assert structured["attempt"] == 2 and isinstance(structured["case_id"], int), structured
+    assert_taken_over_once(result, job, receiver, receiver_dsn, tenure_dsn, workers.logs())
     assert result.meta is not None and result.meta[META_KEY]["id"] == job["id"]
-    assert count_rows(receiver_dsn, "example_cases", case_key(job["id"])) == 1
-    outcomes = [d["decision"] for d in receiver.decisions(case_key(job["id"]))]
-    assert outcomes == ["accepted", "replayed"], outcomes
-    [row] = jobs(tenure_dsn, "open_case")
-    assert row["state"] == "succeeded" and row["attempt"] == 2 and row["token"] > job["token"]
 
 
 async def test_the_example_server_runs_as_the_readme_says(
