@@ -271,10 +271,13 @@ async def _job_fragments(request: Request, job_id: int) -> dict[str, str]:
     }
 
 
-def _html(request: Request, title: str, body: str, poll: str) -> HTMLResponse:
+def _html(
+    request: Request, title: str, body: str, poll: str, at_least: float = 0.0
+) -> HTMLResponse:
+    """A page polling ``poll`` every poll interval (or ``at_least`` seconds, if longer)."""
     sessions: _Sessions = request.app.state.sessions
     csrf = sessions.csrf(sessions.session(request))
-    interval = request.app.state.poll_interval
+    interval = max(request.app.state.poll_interval, at_least)
     return HTMLResponse(_pages.page(title, body, poll=poll, interval=interval, csrf=csrf))
 
 
@@ -309,7 +312,10 @@ async def queues_page(request: Request) -> Response:
         )
     data = await request.app.state.queues.read(_store(request), window)
     body = _queues_page.queues_body(data["fragments"]["queues"], window)
-    return _html(request, "queues", body, f"/api/queues?window={window.name}")
+    # The figures change at most every TTL seconds: polling faster would fetch the same
+    # day of per-minute series again and again.
+    poll = f"/api/queues?window={window.name}"
+    return _html(request, "queues", body, poll, at_least=_queues_page.TTL)
 
 
 async def queues_api(request: Request) -> Response:

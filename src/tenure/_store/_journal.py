@@ -4,6 +4,7 @@ dashboard, metrics and the doctor (queries/observe.sql)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from psycopg import sql
@@ -122,15 +123,20 @@ class JournalStatements(StoreBase):
         )
         return cast(list[OutcomeBucket], rows)
 
-    async def queue_flow(self, window_ms: int, bucket_ms: int, cap: int) -> list[QueueFlow]:
+    async def queue_flow(self, since: datetime, bucket_ms: int, tools: int) -> list[QueueFlow]:
+        """Per tool and bucket since ``since``: claims, reclaims and outcomes, counted by the
+        server (at most ``tools`` tools x buckets rows)."""
         rows = await self._fetch(
-            "queue_flow", {"window_ms": window_ms, "bucket_ms": bucket_ms, "cap": cap}
+            "queue_flow", {"since": since, "bucket_ms": bucket_ms, "tools": tools}
         )
         return cast(list[QueueFlow], rows)
 
-    async def queue_arrivals(self, window_ms: int, bucket_ms: int, cap: int) -> list[QueueArrivals]:
+    async def queue_arrivals(
+        self, since: datetime, bucket_ms: int, tools: int
+    ) -> list[QueueArrivals]:
+        """Per tool and bucket since ``since``: jobs created, counted by the server."""
         rows = await self._fetch(
-            "queue_arrivals", {"window_ms": window_ms, "bucket_ms": bucket_ms, "cap": cap}
+            "queue_arrivals", {"since": since, "bucket_ms": bucket_ms, "tools": tools}
         )
         return cast(list[QueueArrivals], rows)
 

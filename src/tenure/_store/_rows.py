@@ -506,11 +506,11 @@ class QueueFlow(TypedDict):
     reclaimed: int
     succeeded: int
     failed: int
-    capped: bool
+    tools: int  # how many tools had any in the window (only the busiest come back)
 
 
 class QueueArrivals(TypedDict):
     tool: str
     bucket: datetime
     queued: int
-    capped: bool
+    tools: int

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.charts import step_heights
 from tests.support.workers import Journal, WorkerGroup, wait_job
 
 from tenure import App
@@ -93,20 +94,25 @@ def test_queue_charts_appear_and_move_live_and_the_window_switches(
     # No worker yet: the poll brings the queue in (figures are reused for up to 5 s).
     expect(card.locator(".queued-now")).to_have_text("4", timeout=15_000)
     expect(card.locator('[data-series="queued"]')).to_have_text("4 queued")
-    expect(card.locator("svg.queue-chart polyline.line-queued")).to_have_count(1)
+    expect(card.locator("svg.queue-chart path.line-queued")).to_have_count(1)
 
     workers.spawn("runner", env=FAST).wait_started()
     expect(card.locator('[data-series="succeeded"]')).to_have_text("4 succeeded", timeout=20_000)
     expect(card.locator('[data-series="running"]')).to_have_text("4 running")
     expect(card.locator(".queued-now")).to_have_text("0")
-    points = card.locator("polyline.line-succeeded").get_attribute("points") or ""
-    heights = [float(p.split(",")[1]) for p in points.split()]
+    heights = step_heights(card.locator("path.line-succeeded").get_attribute("d") or "")
     assert len(heights) == 60 and min(heights) < max(heights)  # a peak, not a flat line
+    drawn = card.locator("path.line-succeeded").bounding_box()
+    assert drawn is not None and drawn["height"] > 10 and drawn["width"] > 300  # on screen
     page.screenshot(path=str(artifacts / "queues-hour.png"), full_page=True)
 
     page.click("text=last 1d")
     expect(page).to_have_url(board + "/queues?window=1d")
-    expect(card.locator(".totals")).to_contain_text("per 10 minutes, last 1d")
+    expect(card.locator(".totals")).to_contain_text("per minute, last 1d")
     expect(card.locator('[data-series="succeeded"]')).to_have_text("4 succeeded")
+    day = step_heights(card.locator("path.line-succeeded").get_attribute("d") or "")
+    assert len(day) == 1440 and min(day) < max(day)
+    drawn = card.locator("path.line-succeeded").bounding_box()
+    assert drawn is not None and drawn["height"] > 10
     page.screenshot(path=str(artifacts / "queues-day.png"), full_page=True)
     page.close()

@@ -225,51 +225,61 @@ WHERE x.indrelid = ANY(ARRAY[to_regclass('tenure_jobs'), to_regclass('tenure_eve
 ORDER BY t.relname, i.relname
 
 -- name: queue_flow
--- The queue charts' journal side: per tool and bucket over the window, jobs that started
--- running (claims), were reclaimed (claims that took over an expired lease), succeeded or
--- failed. Read newest first through tenure_events_at, at most `cap` rows; `capped` says the
--- oldest buckets may be short. Buckets are aligned in UTC, whatever the session's TimeZone.
-SELECT tool,
-       date_bin(%(bucket_ms)s * interval '1 millisecond', at, timestamptz '2000-01-01 00:00+00') AS bucket,
-       count(*) FILTER (WHERE kind = 'job_claimed') AS running,
-       count(*) FILTER (WHERE kind = 'job_claimed' AND detail ? 'previous_token') AS reclaimed,
-       count(*) FILTER (WHERE kind = 'succeeded') AS succeeded,
-       count(*) FILTER (WHERE kind = 'failed') AS failed,
-       sum(count(*)) OVER () >= %(cap)s AS capped
-FROM (
-    SELECT tool, kind, at, detail FROM tenure_events
-    WHERE at >= (SELECT clock_timestamp()) - %(window_ms)s * interval '1 millisecond'
-      AND kind IN ('job_claimed', 'succeeded', 'failed')
-    ORDER BY at DESC
-    LIMIT %(cap)s
-) AS recent
-GROUP BY tool, bucket
+-- The queue charts' journal side: per tool and minute (`bucket_ms`) since `since` (the
+-- window's first bucket, from the server's clock), jobs that started running (claims), were
+-- reclaimed (claims that took over an expired lease), succeeded or failed. Counted here, so
+-- at most tools x buckets rows come back, whatever the traffic; the range is read through
+-- tenure_events_at. Only the `tools` busiest tools come back; `tools` counts them all.
+-- Buckets are aligned in UTC, whatever the session's TimeZone. The bucket is computed in a
+-- subquery kept apart (OFFSET 0) so the planner does not take every distinct `at` for a
+-- group: it hashes the few thousand groups instead of sorting the window's rows.
+WITH per_bucket AS (
+    SELECT tool, bucket,
+           count(*) FILTER (WHERE kind = 'job_claimed') AS running,
+           count(*) FILTER (WHERE kind = 'job_claimed' AND took_over) AS reclaimed,
+           count(*) FILTER (WHERE kind = 'succeeded') AS succeeded,
+           count(*) FILTER (WHERE kind = 'failed') AS failed
+    FROM (SELECT coalesce(tool, '-') AS tool, kind, detail ? 'previous_token' AS took_over,
+                 date_bin(%(bucket_ms)s * interval '1 millisecond', at,
+                          timestamptz '2000-01-01 00:00+00') AS bucket
+          FROM tenure_events
+          WHERE at >= %(since)s AND kind IN ('job_claimed', 'succeeded', 'failed')
+          OFFSET 0) AS recent
+    GROUP BY tool, bucket
+), busiest AS (
+    SELECT tool, count(*) OVER () AS tools FROM per_bucket
+    GROUP BY tool ORDER BY sum(running + succeeded + failed) DESC, tool LIMIT %(tools)s
+)
+SELECT tool, bucket, running, reclaimed, succeeded, failed, tools
+FROM per_bucket JOIN busiest USING (tool)
 ORDER BY bucket
 
 -- name: queue_arrivals
--- The queue charts' enqueue side: jobs created per tool and bucket over the window (enqueues
--- are not journaled). Jobs not running are read newest first through tenure_jobs_created
--- (its predicate repeated, so the planner can prove it applies), running ones through
--- tenure_jobs_lease_until (lease_until is NULL outside 'running'); at most `cap` rows each.
--- Jobs already pruned are not counted.
-SELECT tool,
-       date_bin(%(bucket_ms)s * interval '1 millisecond', created_at,
-                timestamptz '2000-01-01 00:00+00') AS bucket,
-       count(*) AS queued,
-       sum(count(*)) OVER () >= %(cap)s AS capped
-FROM (
-    (SELECT tool, created_at FROM tenure_jobs
-     WHERE state <> 'running' AND created_at > '-infinity'
-       AND created_at >= (SELECT clock_timestamp()) - %(window_ms)s * interval '1 millisecond'
-     ORDER BY created_at DESC
-     LIMIT %(cap)s)
-    UNION ALL
-    (SELECT tool, created_at FROM tenure_jobs
-     WHERE lease_until > '-infinity' AND state = 'running'
-       AND created_at >= (SELECT clock_timestamp()) - %(window_ms)s * interval '1 millisecond'
-     LIMIT %(cap)s)
-) AS recent
-GROUP BY tool, bucket
+-- The queue charts' enqueue side: jobs created per tool and minute since `since` (enqueues
+-- are not journaled), counted here like queue_flow (at most tools x buckets rows, the
+-- `tools` busiest). Jobs not running are read through tenure_jobs_created (its predicate
+-- repeated, so the planner can prove it applies), running ones through
+-- tenure_jobs_lease_until (lease_until is NULL outside 'running'). Jobs already pruned are
+-- not counted.
+WITH per_bucket AS (
+    SELECT tool, bucket, count(*) AS queued
+    FROM (SELECT tool, date_bin(%(bucket_ms)s * interval '1 millisecond', created_at,
+                                timestamptz '2000-01-01 00:00+00') AS bucket
+          FROM (SELECT tool, created_at FROM tenure_jobs
+                WHERE state <> 'running' AND created_at > '-infinity'
+                  AND created_at >= %(since)s
+                UNION ALL
+                SELECT tool, created_at FROM tenure_jobs
+                WHERE lease_until > '-infinity' AND state = 'running'
+                  AND created_at >= %(since)s) AS jobs
+          OFFSET 0) AS recent
+    GROUP BY tool, bucket
+), busiest AS (
+    SELECT tool, count(*) OVER () AS tools FROM per_bucket
+    GROUP BY tool ORDER BY sum(queued) DESC, tool LIMIT %(tools)s
+)
+SELECT tool, bucket, queued, tools
+FROM per_bucket JOIN busiest USING (tool)
 ORDER BY bucket
 
 -- name: search_jobs
