@@ -35,7 +35,26 @@ from tenure._store import QUERIES, migrate
 
 ADMIN = os.environ.get("BENCH_ADMIN_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 DB = "tenure_statements"
-VARIANTS = ("base", "no-journal", "no-claim-journal", "stale-statistics")
+VARIANTS = (
+    "base",
+    "no-journal",
+    "no-claim-journal",
+    "stale-statistics",
+    "partial-lease-index",
+    "no-notify",
+    "generic-plans",
+)
+# Schema changes a variant makes after the migrations (experiments, not tenure's schema).
+DDL = {
+    "partial-lease-index": [
+        "DROP INDEX tenure_jobs_lease_until",
+        "CREATE INDEX tenure_jobs_lease_until ON tenure_jobs (lease_until)"
+        " WHERE lease_until IS NOT NULL",
+    ],
+}
+# Session settings a variant makes on the measuring connection.
+SETTINGS = {"generic-plans": ["SET plan_cache_mode = force_generic_plan"]}
+NOTIFY = "SELECT tenure_notify('tenure_done', array_agg(f.id::text)) AS n"
 CLAIM_JOURNAL = "FROM claimed c\n)"
 FINISH_JOURNAL = "    FROM finished f\n)"
 
@@ -48,6 +67,9 @@ def statements(variant: str) -> tuple[str, str]:
     if variant == "no-journal":
         assert FINISH_JOURNAL in finish, "the commit's journal CTE moved; update this script"
         finish = finish.replace(FINISH_JOURNAL, "    FROM finished f WHERE false\n)")
+    if variant == "no-notify":
+        assert NOTIFY in finish, "the commit's notify CTE moved; update this script"
+        finish = finish.replace(NOTIFY, "SELECT 0 AS n")
     return claim, finish
 
 
@@ -71,6 +93,10 @@ def measure(variant: str, jobs: int) -> dict[str, float]:
     migrate(dsn)
     claim, finish = statements(variant)
     with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in DDL.get(variant, []):
+            conn.execute(statement)
+        for statement in SETTINGS.get(variant, []):
+            conn.execute(statement)
         conn.execute(
             """INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash,
                                         max_attempts, position)

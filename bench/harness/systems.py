@@ -66,6 +66,8 @@ def install(cfg: Config, env: dict[str, str], conn: psycopg.Connection[Any]) -> 
 
 
 def worker_cmd(cfg: Config, system: str, variant: dict[str, Any]) -> list[str]:
+    if system == "tenure" and variant.get("defaults"):
+        return [PY, "-m", "tenure", "worker", "tenure_app:app"]
     if system == "tenure":
         return [
             PY,

@@ -44,7 +44,7 @@ from ._observe._events import JOURNAL_KINDS
 from ._observe._pages import clock, describe_progress, seconds, summarize
 from ._registry import TENANT_MAX, TOOL_NAME_MAX
 from ._store import migrate
-from ._worker._worker import MAX_CONCURRENCY
+from ._worker._worker import DEFAULT_CLAIM_BATCH, DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -614,8 +614,10 @@ def _parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser("worker", help="run a worker for MODULE:APP (migrates first)")
     worker.add_argument("app", type=target, help="MODULE:APP, e.g. myapp:app")
-    worker.add_argument("--concurrency", type=integer(1, MAX_CONCURRENCY), default=10)
-    worker.add_argument("--claim-batch", type=integer(1, 1000), default=100)
+    worker.add_argument(
+        "--concurrency", type=integer(1, MAX_CONCURRENCY), default=DEFAULT_CONCURRENCY
+    )
+    worker.add_argument("--claim-batch", type=integer(1, 1000), default=DEFAULT_CLAIM_BATCH)
     worker.add_argument("--poll-interval", type=number(0.01, 60), default=1.0)
     worker.add_argument(
         "--grace",

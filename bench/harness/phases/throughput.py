@@ -24,6 +24,8 @@ def variants(cfg: Config) -> list[tuple[str, str, dict[str, Any]]]:
     for level in cfg.tenure_log_levels:
         label = "tenure" if level == "INFO" else f"tenure (log {level})"
         out.append(("tenure", label, {"log_level": level}))
+    # `tenure worker` with no tuning flags: what a user gets out of the box.
+    out.append(("tenure", "tenure (defaults)", {"defaults": True}))
     for name, src in cfg.tenure_variants:
         out.append(("tenure", f"tenure [{name}]", {"src": src}))
     for b in cfg.pgq_batches:
