@@ -16,6 +16,14 @@ migrations. Variants:
   no-claim-journal  the claim writes none (the commit still does)
   stale-statistics  the queue is never analyzed (what a burst into a fresh
                     table looks like when the enqueue does not analyze)
+  partial-lease-index  tenure_jobs_lease_until only over rows with a lease
+  no-notify         the commit sends no tenure_done notification
+  generic-plans     plan_cache_mode = force_generic_plan (no planning per call)
+  no-key-index      without the (tenant, idempotency_key) unique index, which
+                    every claim and commit (never HOT) inserts into
+  no-indexes        without every index a claim or commit inserts into but the
+                    primary keys and the claim's queue index: what the
+                    indexes cost (not a schema tenure could ship)
 
 PostgreSQL: $BENCH_ADMIN_DSN (default host=127.0.0.1 port=5432 user=postgres
 dbname=postgres); the database is tenure_statements, dropped at the end.
@@ -43,6 +51,8 @@ VARIANTS = (
     "partial-lease-index",
     "no-notify",
     "generic-plans",
+    "no-key-index",
+    "no-indexes",
 )
 # Schema changes a variant makes after the migrations (experiments, not tenure's schema).
 DDL = {
@@ -52,6 +62,14 @@ DDL = {
         " WHERE lease_until IS NOT NULL",
     ],
 }
+DDL["no-key-index"] = ["DROP INDEX tenure_jobs_tenant_key"]
+DDL["no-indexes"] = [
+    "DROP INDEX tenure_jobs_tenant_key",
+    "DROP INDEX tenure_jobs_lease_until",
+    "DROP INDEX tenure_jobs_prune",
+    "DROP INDEX tenure_events_job",
+    "DROP INDEX tenure_events_at",
+]
 # Session settings a variant makes on the measuring connection.
 SETTINGS = {"generic-plans": ["SET plan_cache_mode = force_generic_plan"]}
 NOTIFY = "SELECT tenure_notify('tenure_done', array_agg(f.id::text)) AS n"
