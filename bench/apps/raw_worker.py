@@ -50,7 +50,8 @@ RETURNING j.id, j.token, j.tool, j.payload
 
 # The claim also stamps claimed_at (the journal row's duration needs it).
 CLAIM_JOURNALED = CLAIM.replace(
-    "updated_at = clock_timestamp()", "updated_at = clock_timestamp(), claimed_at = clock_timestamp()"
+    "updated_at = clock_timestamp()",
+    "updated_at = clock_timestamp(), claimed_at = clock_timestamp()",
 )
 
 COMMIT = """

@@ -37,7 +37,9 @@ def variants(cfg: Config) -> list[tuple[str, str, dict[str, Any]]]:
         out.append(("raw", f"raw SQL (claim {b})", {"batch": b}))
     # The cheapest raw variant that keeps a journal: one row per job, written by the commit.
     best = max([cfg.raw_batch, *cfg.raw_extra_batches])
-    out.append(("raw", f"raw SQL (claim {best}, journal row per job)", {"batch": best, "journal": True}))
+    out.append(
+        ("raw", f"raw SQL (claim {best}, journal row per job)", {"batch": best, "journal": True})
+    )
     return [v for v in out if v[0] in cfg.systems]
 
 
