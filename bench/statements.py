@@ -22,8 +22,8 @@ migrations. Variants:
   no-key-index      without the (tenant, idempotency_key) unique index, which
                     every claim and commit (never HOT) inserts into
   no-indexes        without every index a claim or commit inserts into but the
-                    primary keys and the claim's queue index: what the
-                    indexes cost (not a schema tenure could ship)
+                    primary keys and the claim's own (queue, lease_until):
+                    what the others cost (not a schema tenure could ship)
 
 PostgreSQL: $BENCH_ADMIN_DSN (default host=127.0.0.1 port=5432 user=postgres
 dbname=postgres); the database is tenure_statements, dropped at the end.
@@ -65,7 +65,6 @@ DDL = {
 DDL["no-key-index"] = ["DROP INDEX tenure_jobs_tenant_key"]
 DDL["no-indexes"] = [
     "DROP INDEX tenure_jobs_tenant_key",
-    "DROP INDEX tenure_jobs_lease_until",
     "DROP INDEX tenure_jobs_prune",
     "DROP INDEX tenure_events_job",
     "DROP INDEX tenure_events_at",
