@@ -63,21 +63,17 @@ WHERE j.id = c.id AND j.token = c.token AND j.owner = %(owner)s
   AND j.state = 'running' AND j.lease_until > clock_timestamp()
 """
 
-COMMIT_JOURNALED = """
-WITH done AS (
-    UPDATE raw_jobs j
-    SET state = 'succeeded', result = 'null'::jsonb, lease_until = NULL,
-        finished_at = clock_timestamp(), updated_at = clock_timestamp()
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
-    WHERE j.id = c.id AND j.token = c.token AND j.owner = %(owner)s
-      AND j.state = 'running' AND j.lease_until > clock_timestamp()
-    RETURNING j.id, j.token, j.attempt, j.tool, j.claimed_at
+COMMIT_JOURNALED = (
+    "WITH done AS ("
+    + COMMIT
+    + """    RETURNING j.id, j.token, j.attempt, j.tool, j.claimed_at
 )
 INSERT INTO raw_events (kind, job_id, token, attempt, worker, tool, duration_ms)
 SELECT 'succeeded', d.id, d.token, d.attempt, %(owner)s, d.tool,
        (extract(epoch FROM clock_timestamp() - d.claimed_at) * 1000)::bigint
 FROM done d
 """
+)
 
 
 def main() -> None:
