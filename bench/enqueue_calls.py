@@ -32,30 +32,21 @@ import asyncpg
 import psycopg
 from pgqueuer.db import AsyncpgDriver
 from pgqueuer.queries import Queries
-from psycopg import sql
+from scratch import drop_database, fresh_database
 
 from tenure import App
 from tenure._store import migrate
 
-ADMIN = os.environ.get("BENCH_ADMIN_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 DB = "tenure_enqueue_calls"
 BIN = Path(sys.executable).parent
 
 
-def fresh_database() -> tuple[str, str]:
-    with psycopg.connect(ADMIN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB)))
-    params = psycopg.conninfo.conninfo_to_dict(ADMIN)
-    params["dbname"] = DB
-    dsn = psycopg.conninfo.make_conninfo(**params)  # type: ignore[arg-type]
-    url = "postgresql://{user}@{host}:{port}/{dbname}".format(
-        user=params.get("user", "postgres"),
-        host=params.get("host", "127.0.0.1"),
-        port=params.get("port", 5432),
-        dbname=DB,
+def url_of(dsn: str) -> str:
+    """The same database as a postgresql:// URL (pgqueuer's command and asyncpg take one)."""
+    p = psycopg.conninfo.conninfo_to_dict(dsn)
+    return "postgresql://{}@{}:{}/{}".format(
+        p.get("user", "postgres"), p.get("host", "127.0.0.1"), p.get("port", 5432), p["dbname"]
     )
-    return dsn, url
 
 
 def pct(values: list[float], q: float) -> float:
@@ -64,7 +55,8 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def run(calls: int, gap: float) -> None:
-    dsn, url = fresh_database()
+    dsn = fresh_database(DB)
+    url = url_of(dsn)
     migrate(dsn)
     subprocess.run([str(BIN / "pgq"), "--pg-dsn", url, "install"], check=True, capture_output=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -116,8 +108,7 @@ async def run(calls: int, gap: float) -> None:
     await app.aclose()
     await pconn.close()
     await rconn.close()
-    with psycopg.connect(ADMIN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
+    drop_database(DB)
     print(f"{calls:,} calls per system, interleaved, {gap * 1000:.0f} ms idle gap, durable")
     print(f"load average {load0:.2f} -> {load1:.2f}")
     print("| system | enqueue call p50 ms | p95 ms | p99 ms |")

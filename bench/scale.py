@@ -34,33 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from scratch import drop_database, fresh_database, proc_cpu
 
 from tenure import App
 from tenure._store import migrate
 
-ADMIN = os.environ.get("BENCH_ADMIN_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 DB = "tenure_scale"
 APPS = Path(__file__).parent / "apps"
 LEASE, HEARTBEAT, JITTER = 15.0, 5.0, 4.0
-
-
-def proc_cpu(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def fresh_database() -> str:
-    with psycopg.connect(ADMIN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB)))
-    params = psycopg.conninfo.conninfo_to_dict(ADMIN)
-    params["dbname"] = DB
-    return psycopg.conninfo.make_conninfo(**params)  # type: ignore[arg-type]
 
 
 def one(conn: psycopg.Connection[Any], query: str) -> Any:
@@ -76,7 +57,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=300.0)
     args = parser.parse_args()
     total = args.procs * args.per_proc
-    dsn = fresh_database()
+    dsn = fresh_database(DB)
     migrate(dsn)
     tmp = Path(tempfile.mkdtemp(prefix="tenure-scale-"))
     env = {
@@ -187,10 +168,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 w.kill()
         conn.close()
-        with psycopg.connect(ADMIN, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB))
-            )
+        drop_database(DB)
     per_h = [
         (b["statements"].get("extend_leases", 0) - a["statements"].get("extend_leases", 0))
         / (window / HEARTBEAT)

@@ -33,15 +33,13 @@ Prints figures; asserts nothing about them.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import psycopg
-from psycopg import sql
+from scratch import drop_database, fresh_database, proc_cpu
 
 from tenure._store import QUERIES, migrate
 
-ADMIN = os.environ.get("BENCH_ADMIN_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 DB = "tenure_statements"
 VARIANTS = (
     "base",
@@ -90,23 +88,8 @@ def statements(variant: str) -> tuple[str, str]:
     return claim, finish
 
 
-def backend_cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def fresh_database() -> str:
-    with psycopg.connect(ADMIN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB)))
-    params = psycopg.conninfo.conninfo_to_dict(ADMIN)
-    params["dbname"] = DB
-    return psycopg.conninfo.make_conninfo(**params)  # type: ignore[arg-type]
-
-
 def measure(variant: str, jobs: int) -> dict[str, float]:
-    dsn = fresh_database()
+    dsn = fresh_database(DB)
     migrate(dsn)
     claim, finish = statements(variant)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -127,7 +110,7 @@ def measure(variant: str, jobs: int) -> dict[str, float]:
         pid = row[0]
         claim_s = finish_s = 0.0
         done = 0
-        cpu0, t0 = backend_cpu(pid), time.perf_counter()
+        cpu0, t0 = proc_cpu(pid), time.perf_counter()
         params = {"owner": "w", "tools": ["noop"], "lease_ms": [30_000], "limit": 100}
         while True:
             t = time.perf_counter()
@@ -154,9 +137,8 @@ def measure(variant: str, jobs: int) -> dict[str, float]:
             ).fetchall()
             finish_s += time.perf_counter() - t
             done += n
-        wall, cpu = time.perf_counter() - t0, backend_cpu(pid) - cpu0
-    with psycopg.connect(ADMIN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
+        wall, cpu = time.perf_counter() - t0, proc_cpu(pid) - cpu0
+    drop_database(DB)
     return {
         "jobs_per_s": done / wall,
         "pg_cpu_us": 1e6 * cpu / done,
