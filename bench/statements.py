@@ -18,6 +18,14 @@ migrations. Variants:
                     table looks like when the enqueue does not analyze)
   no-explorer-indexes  without migration 0013's three job-explorer indexes (what
                     they cost every claim and commit: neither UPDATE is HOT)
+  partial-lease-index  tenure_jobs_lease_until only over rows with a lease
+  no-notify         the commit sends no tenure_done notification
+  generic-plans     plan_cache_mode = force_generic_plan (no planning per call)
+  no-key-index      without the (tenant, idempotency_key) unique index, which
+                    every claim and commit (never HOT) inserts into
+  no-indexes        without every index a claim or commit inserts into but the
+                    primary keys and the claim's own (queue, lease_until):
+                    what the others cost (not a schema tenure could ship)
 
 PostgreSQL: $BENCH_ADMIN_DSN (default host=127.0.0.1 port=5432 user=postgres
 dbname=postgres); the database is tenure_statements, dropped at the end.
@@ -27,20 +35,47 @@ Prints figures; asserts nothing about them.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import psycopg
-from psycopg import sql
+from scratch import drop_database, fresh_database, proc_cpu
 
 from tenure._store import QUERIES, migrate
 
-ADMIN = os.environ.get("BENCH_ADMIN_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 DB = "tenure_statements"
-VARIANTS = ("base", "no-journal", "no-claim-journal", "stale-statistics", "no-explorer-indexes")
-EXPLORER_INDEXES = (
-    "DROP INDEX tenure_jobs_state_created, tenure_jobs_tool_created, tenure_jobs_tenant_created"
+VARIANTS = (
+    "base",
+    "no-journal",
+    "no-claim-journal",
+    "stale-statistics",
+    "partial-lease-index",
+    "no-notify",
+    "generic-plans",
+    "no-key-index",
+    "no-indexes",
+    "no-explorer-indexes",
 )
+# Schema changes a variant makes after the migrations (experiments, not tenure's schema).
+DDL = {
+    "partial-lease-index": [
+        "DROP INDEX tenure_jobs_lease_until",
+        "CREATE INDEX tenure_jobs_lease_until ON tenure_jobs (lease_until)"
+        " WHERE lease_until IS NOT NULL",
+    ],
+}
+DDL["no-key-index"] = ["DROP INDEX tenure_jobs_tenant_key"]
+DDL["no-explorer-indexes"] = [
+    "DROP INDEX tenure_jobs_state_created, tenure_jobs_tool_created, tenure_jobs_tenant_created"
+]
+DDL["no-indexes"] = [
+    "DROP INDEX tenure_jobs_tenant_key",
+    "DROP INDEX tenure_jobs_prune",
+    "DROP INDEX tenure_events_job",
+    "DROP INDEX tenure_events_at",
+]
+# Session settings a variant makes on the measuring connection.
+SETTINGS = {"generic-plans": ["SET plan_cache_mode = force_generic_plan"]}
+NOTIFY = "SELECT tenure_notify('tenure_done', array_agg(f.id::text)) AS n"
 CLAIM_JOURNAL = "FROM claimed c\n)"
 FINISH_JOURNAL = "    FROM finished f\n)"
 
@@ -53,31 +88,21 @@ def statements(variant: str) -> tuple[str, str]:
     if variant == "no-journal":
         assert FINISH_JOURNAL in finish, "the commit's journal CTE moved; update this script"
         finish = finish.replace(FINISH_JOURNAL, "    FROM finished f WHERE false\n)")
+    if variant == "no-notify":
+        assert NOTIFY in finish, "the commit's notify CTE moved; update this script"
+        finish = finish.replace(NOTIFY, "SELECT 0 AS n")
     return claim, finish
 
 
-def backend_cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def fresh_database() -> str:
-    with psycopg.connect(ADMIN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB)))
-    params = psycopg.conninfo.conninfo_to_dict(ADMIN)
-    params["dbname"] = DB
-    return psycopg.conninfo.make_conninfo(**params)  # type: ignore[arg-type]
-
-
 def measure(variant: str, jobs: int) -> dict[str, float]:
-    dsn = fresh_database()
+    dsn = fresh_database(DB)
     migrate(dsn)
     claim, finish = statements(variant)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        if variant == "no-explorer-indexes":
-            conn.execute(EXPLORER_INDEXES)
+        for statement in DDL.get(variant, []):
+            conn.execute(statement)
+        for statement in SETTINGS.get(variant, []):
+            conn.execute(statement)
         conn.execute(
             """INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash,
                                         max_attempts, position)
@@ -91,7 +116,7 @@ def measure(variant: str, jobs: int) -> dict[str, float]:
         pid = row[0]
         claim_s = finish_s = 0.0
         done = 0
-        cpu0, t0 = backend_cpu(pid), time.perf_counter()
+        cpu0, t0 = proc_cpu(pid), time.perf_counter()
         params = {"owner": "w", "tools": ["noop"], "lease_ms": [30_000], "limit": 100}
         while True:
             t = time.perf_counter()
@@ -118,9 +143,8 @@ def measure(variant: str, jobs: int) -> dict[str, float]:
             ).fetchall()
             finish_s += time.perf_counter() - t
             done += n
-        wall, cpu = time.perf_counter() - t0, backend_cpu(pid) - cpu0
-    with psycopg.connect(ADMIN, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB)))
+        wall, cpu = time.perf_counter() - t0, proc_cpu(pid) - cpu0
+    drop_database(DB)
     return {
         "jobs_per_s": done / wall,
         "pg_cpu_us": 1e6 * cpu / done,

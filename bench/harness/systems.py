@@ -16,7 +16,7 @@ from .config import APPS, BIN, PY, Config
 # Empties a system's tables between measurements.
 RESET = {
     "tenure": "TRUNCATE tenure_jobs, tenure_events",
-    "raw": "TRUNCATE raw_jobs",
+    "raw": "TRUNCATE raw_jobs, raw_events",
     "pgqueuer": "TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics",
     "procrastinate": "TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_workers "
     "CASCADE",
@@ -63,9 +63,12 @@ def install(cfg: Config, env: dict[str, str], conn: psycopg.Connection[Any]) -> 
     )
     conn.execute("CREATE SEQUENCE raw_fence_token AS bigint")
     conn.execute("CREATE TABLE raw_jobs (LIKE tenure_jobs INCLUDING ALL)")
+    conn.execute("CREATE TABLE raw_events (LIKE tenure_events INCLUDING ALL)")
 
 
 def worker_cmd(cfg: Config, system: str, variant: dict[str, Any]) -> list[str]:
+    if system == "tenure" and variant.get("defaults"):
+        return [PY, "-m", "tenure", "worker", "tenure_app:app"]
     if system == "tenure":
         return [
             PY,
@@ -107,6 +110,7 @@ def worker_cmd(cfg: Config, system: str, variant: dict[str, Any]) -> list[str]:
             cfg.dsn,
             "--batch",
             str(variant.get("batch", cfg.raw_batch)),
+            *(["--journal"] if variant.get("journal") else []),
         ]
     raise ValueError(system)
 

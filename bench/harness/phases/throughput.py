@@ -24,6 +24,8 @@ def variants(cfg: Config) -> list[tuple[str, str, dict[str, Any]]]:
     for level in cfg.tenure_log_levels:
         label = "tenure" if level == "INFO" else f"tenure (log {level})"
         out.append(("tenure", label, {"log_level": level}))
+    # `tenure worker` with no tuning flags: what a user gets out of the box.
+    out.append(("tenure", "tenure (defaults)", {"defaults": True}))
     for name, src in cfg.tenure_variants:
         out.append(("tenure", f"tenure [{name}]", {"src": src}))
     for b in cfg.pgq_batches:
@@ -33,6 +35,11 @@ def variants(cfg: Config) -> list[tuple[str, str, dict[str, Any]]]:
     out.append(("raw", f"raw SQL ceiling (claim {cfg.raw_batch})", {}))
     for b in cfg.raw_extra_batches:
         out.append(("raw", f"raw SQL (claim {b})", {"batch": b}))
+    # The cheapest raw variant that keeps a journal: one row per job, written by the commit.
+    best = max([cfg.raw_batch, *cfg.raw_extra_batches])
+    out.append(
+        ("raw", f"raw SQL (claim {best}, journal row per job)", {"batch": best, "journal": True})
+    )
     return [v for v in out if v[0] in cfg.systems]
 
 

@@ -15,7 +15,6 @@ from ._connection import (
     connect_options,
     deadline,
     last_used,
-    mark_used,
     readable,
     statement,
     typed_errors,
@@ -49,18 +48,23 @@ class StoreBase:
             open=False,
             name="tenure",
             check=None if check_idle is None else self._check,
-            reset=None if check_idle is None else mark_used,
         )
 
     async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """A round trip only for a connection that may have died while it sat in the pool:
         one whose socket has something to read (an idle connection is sent nothing but
-        the server's goodbye when it shuts down or restarts), or that sat there longer
-        than ``check_idle`` (a peer that vanished without a goodbye)."""
+        the server's goodbye when it shuts down or restarts), or that was last handed out
+        longer than ``check_idle`` ago (a peer that vanished without a goodbye).
+
+        Idle time counts from when the connection was last handed out, not returned: a
+        pool with a ``reset`` callback returns every connection through a background
+        task, which cost each producer call ≈ 0.3 ms. Counting from the hand-out
+        over-estimates idle time by the time it was in use, so a check comes sooner,
+        never later."""
+        now = time.monotonic()
         used = last_used.get(conn)
-        idle = self._check_idle is not None and (
-            used is None or time.monotonic() - used >= self._check_idle
-        )
+        last_used[conn] = now
+        idle = self._check_idle is not None and (used is None or now - used >= self._check_idle)
         if idle or readable(conn):
             await AsyncConnectionPool.check_connection(conn)
 

@@ -14,7 +14,6 @@ import contextlib
 import os
 import select
 import socket
-import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import fields
@@ -162,14 +161,10 @@ def readable(conn: psycopg.AsyncConnection[Any]) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
 
-# When each pooled connection was last given back (for `Store`'s ``check_idle``).
+# When each pooled connection was last handed out (for `Store`'s ``check_idle``).
 last_used: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
     weakref.WeakKeyDictionary()
 )
-
-
-async def mark_used(conn: psycopg.AsyncConnection[Any]) -> None:
-    last_used[conn] = time.monotonic()
 
 
 @contextlib.contextmanager

@@ -57,9 +57,15 @@ CREATE SEQUENCE tenure_position_floor AS bigint MINVALUE 0 START 0;
 -- of this VOLATILE function, on a fresh snapshot: two producers never both see room for the
 -- last slot. Over quota: SQLSTATE TQ001 (the store raises QuotaExceeded), nothing written.
 -- Defined before tenure_jobs because the table's `position` default calls it (a plpgsql body
--- is not resolved until it runs).
+-- is not resolved until it runs). (0012) Its lookups are index walks whatever the statistics
+-- say: plpgsql keeps a plan for the session, and one made while the table looked empty (a
+-- fresh install, a quiet queue) scanned every row on each enqueue, 150-250 us of PostgreSQL per
+-- enqueue with a few thousand rows. enable_seqscan = off leaves the planner only the partial
+-- indexes (jit = off: the disabled seqscan's cost would otherwise make JIT compile the
+-- sequence's read on every call), and the tenant's last place is read as ORDER BY ... LIMIT 1.
 CREATE FUNCTION tenure_place(p_tenant text, p_count integer, p_quota integer) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     v_queued bigint;
     v_floor  bigint;
@@ -87,8 +93,9 @@ BEGIN
         PERFORM setval('tenure_position_floor', v_head);
         v_floor := v_head;
     END IF;
-    SELECT max(j.position) INTO v_last
-    FROM tenure_jobs j WHERE j.tenant = p_tenant AND j.state = 'queued';
+    SELECT j.position INTO v_last
+    FROM tenure_jobs j WHERE j.tenant = p_tenant AND j.state = 'queued'
+    ORDER BY j.position DESC LIMIT 1;
     RETURN greatest(v_floor, v_last + 1);
 END;
 $$;

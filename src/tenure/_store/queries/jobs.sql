@@ -169,32 +169,36 @@ WITH outcome AS (
                          %(results)b::jsonb[], %(errors)b::jsonb[], %(delays_ms)b::integer[],
                          %(attempt_refunds)b::integer[], %(progress)b::text[])
         AS o(id, token, state, result, error, delay_ms, attempt_refund, progress)
-), decided AS (
-    -- A retry asked for after the last allowed attempt is a failure: the attempt
-    -- count never passes max_attempts, whatever the caller sends. (attempt cannot
-    -- change under us: only a claim changes it, and a claim changes the token too.)
-    SELECT o.id, o.token, o.result, o.error, o.delay_ms, o.attempt_refund, o.progress,
-           CASE WHEN o.state = 'queued' AND o.attempt_refund = 0
-                     AND j.attempt >= j.max_attempts
-                THEN 'failed' ELSE o.state END AS state
-    FROM outcome o JOIN tenure_jobs j ON j.id = o.id
 ), finished AS (
+    -- A retry asked for after the last allowed attempt is a failure: the attempt count
+    -- never passes max_attempts, whatever the caller sends. The row goes back to the
+    -- queue only when `o.attempt_refund <> 0 OR j.attempt < j.max_attempts` (the row's
+    -- own attempt, read by the UPDATE that changes it: only a claim changes it, and a
+    -- claim changes the token too). Decided in the UPDATE rather than in a CTE joined to
+    -- tenure_jobs, which looked every row up twice.
     UPDATE tenure_jobs j
-    SET state = o.state,
+    SET state = CASE WHEN o.state <> 'queued' THEN o.state
+                     WHEN o.attempt_refund <> 0 OR j.attempt < j.max_attempts THEN 'queued'
+                     ELSE 'failed' END,
         result = o.result,
         error = o.error,
         attempt = j.attempt - o.attempt_refund,
         lease_until = NULL,
         run_after = CASE WHEN o.state = 'queued'
+                              AND (o.attempt_refund <> 0 OR j.attempt < j.max_attempts)
                          THEN clock_timestamp() + o.delay_ms * interval '1 millisecond'
                          ELSE j.run_after END,
-        finished_at = CASE WHEN o.state = 'queued' THEN NULL ELSE clock_timestamp() END,
-        prune_after = CASE WHEN o.state = 'queued' THEN NULL
+        finished_at = CASE WHEN o.state = 'queued'
+                                AND (o.attempt_refund <> 0 OR j.attempt < j.max_attempts)
+                           THEN NULL ELSE clock_timestamp() END,
+        prune_after = CASE WHEN o.state = 'queued'
+                                AND (o.attempt_refund <> 0 OR j.attempt < j.max_attempts)
+                           THEN NULL
                            ELSE clock_timestamp() + j.retain_ms * interval '1 millisecond' END,
         updated_at = clock_timestamp(),
         progress = coalesce(o.progress::jsonb || jsonb_build_object('at', clock_timestamp()),
                             j.progress)
-    FROM decided o
+    FROM outcome o
     WHERE j.id = o.id
       AND j.token = o.token
       AND j.owner = %(owner)s

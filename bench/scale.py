@@ -1,0 +1,208 @@
+#!/usr/bin/env python
+# ruff: noqa: E501, RUF002  (Markdown table rows with math signs)
+"""Leases at scale: many worker processes each holding thousands of long calls.
+
+    bench/.venv/bin/python bench/scale.py [--procs 10] [--per-proc 10000] [--seconds 300]
+
+Starts ``--procs`` bench/apps/hold_worker.py processes (the real Worker, in-process,
+its heartbeat thread's connection counted), queues procs × per-proc ``hold`` calls
+(lease 15 s, heartbeat H = 5 s, jitter 4 s: the heartbeat phase's) with
+``enqueue_many``, waits until every one is running, lets one heartbeat period pass,
+then measures a window of ``--seconds``: extend statements per process per H (the
+target is one), rows extended, row updates and HOT updates, WAL bytes per second, the
+CPU of the workers and of the database's backends, leases lost (the journal's
+heartbeat_lost rows, the workers' counters, extensions that matched no row) and how many
+are still running with a valid lease at the end. SIGTERM (grace 0) releases them.
+
+PostgreSQL: $BENCH_ADMIN_DSN (default host=127.0.0.1 port=5432 user=postgres
+dbname=postgres); the database is tenure_scale, dropped at the end. Prints figures;
+asserts nothing about them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from scratch import drop_database, fresh_database, proc_cpu
+
+from tenure import App
+from tenure._store import migrate
+
+DB = "tenure_scale"
+APPS = Path(__file__).parent / "apps"
+LEASE, HEARTBEAT, JITTER = 15.0, 5.0, 4.0
+
+
+def one(conn: psycopg.Connection[Any], query: str) -> Any:
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--procs", type=int, default=10)
+    parser.add_argument("--per-proc", type=int, default=10_000)
+    parser.add_argument("--seconds", type=float, default=300.0)
+    args = parser.parse_args()
+    total = args.procs * args.per_proc
+    dsn = fresh_database(DB)
+    migrate(dsn)
+    tmp = Path(tempfile.mkdtemp(prefix="tenure-scale-"))
+    env = {
+        **os.environ,
+        "TENURE_DSN": dsn,
+        "PYTHONPATH": str(APPS),
+        "BENCH_HOLD_LEASE": str(LEASE),
+        "BENCH_HOLD_HEARTBEAT": str(HEARTBEAT),
+        "BENCH_HOLD_JITTER": str(JITTER),
+    }
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(APPS / "hold_worker.py"),
+                "--stats",
+                str(tmp / f"w{i}.json"),
+                "--concurrency",
+                str(args.per_proc),
+                "--claim-batch",
+                "1000",
+                "--log-level",
+                "WARNING",
+            ],
+            env=env,
+            stderr=open(tmp / f"w{i}.log", "w"),
+        )
+        for i in range(args.procs)
+    ]
+    conn = psycopg.connect(dsn, autocommit=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp / f"w{i}.json").exists() for i in range(args.procs)):
+            if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                raise RuntimeError(f"workers did not start; logs in {tmp}")
+            time.sleep(0.2)
+        app = App(dsn)
+
+        @app.tool("hold", lease=LEASE, heartbeat=HEARTBEAT, jitter=JITTER, time_limit=3600)
+        async def hold(ctx, seconds: float) -> None:  # type: ignore[no-untyped-def]
+            return None
+
+        hold_for = args.seconds + 4 * LEASE + 120
+        t0 = time.monotonic()
+
+        async def enqueue() -> float:
+            started = time.perf_counter()
+            for start in range(0, total, 10_000):
+                n = min(10_000, total - start)
+                await app.enqueue_many("hold", [{"seconds": hold_for}] * n)
+            elapsed = time.perf_counter() - started
+            await app.aclose()
+            return elapsed
+
+        enqueue_s = asyncio.run(enqueue())
+        while one(conn, "SELECT count(*) FROM tenure_jobs WHERE state = 'running'") < total:
+            if time.monotonic() - t0 > 600 or any(w.poll() is not None for w in workers):
+                raise RuntimeError(f"not all {total} running; logs in {tmp}")
+            time.sleep(0.5)
+        all_running_s = time.monotonic() - t0
+        time.sleep(HEARTBEAT + 0.5)  # one full period: the window sees steady state
+
+        def stats() -> list[dict[str, Any]]:
+            return [json.loads((tmp / f"w{i}.json").read_text()) for i in range(args.procs)]
+
+        def backends() -> list[int]:
+            return [
+                r[0]
+                for r in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = %s", (DB,)
+                ).fetchall()
+            ]
+
+        def updates() -> tuple[int, int]:
+            row = conn.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                "WHERE relname = 'tenure_jobs'"
+            ).fetchone()
+            assert row is not None
+            return int(row[0]), int(row[1])
+
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        s0, u0, wal0 = stats(), updates(), one(conn, "SELECT pg_current_wal_lsn()")
+        pg0 = {p: proc_cpu(p) for p in backends()}
+        w0 = sum(proc_cpu(w.pid) for w in workers)
+        load0, t_w0 = os.getloadavg()[0], time.monotonic()
+        time.sleep(args.seconds)
+        window = time.monotonic() - t_w0
+        pg_cpu = sum(proc_cpu(p) - pg0.get(p, proc_cpu(p)) for p in set(backends()) | set(pg0))
+        w_cpu = sum(proc_cpu(w.pid) for w in workers) - w0
+        load1 = os.getloadavg()[0]
+        time.sleep(1.2)  # the stats files are rewritten twice a second
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        s1, u1 = stats(), updates()
+        wal = one(conn, f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{wal0}')")
+        lost_journal = one(conn, "SELECT count(*) FROM tenure_events WHERE kind = 'heartbeat_lost'")
+        still = one(
+            conn,
+            "SELECT count(*) FROM tenure_jobs WHERE state = 'running' "
+            "AND lease_until > clock_timestamp()",
+        )
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            try:
+                w.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                w.kill()
+        conn.close()
+        drop_database(DB)
+    per_h = [
+        (b["statements"].get("extend_leases", 0) - a["statements"].get("extend_leases", 0))
+        / (window / HEARTBEAT)
+        for a, b in zip(s0, s1, strict=True)
+    ]
+    rows = sum(b["rows_extended"] - a["rows_extended"] for a, b in zip(s0, s1, strict=True))
+    lost_rows = sum(b["rows_lost"] - a["rows_lost"] for a, b in zip(s0, s1, strict=True))
+    lost_counted = sum(b["counts"].get("lease_lost", 0) for b in s1)
+    print(
+        f"{total:,} leases held by {args.procs} worker processes ({args.per_proc:,} each), "
+        f"lease {LEASE:g} s, H = {HEARTBEAT:g} s, jitter {JITTER:g} s; window {window:.0f} s; "
+        f"load average {load0:.2f} -> {load1:.2f}"
+    )
+    print("| figure | value |")
+    print("|---|---:|")
+    print(
+        f"| bulk enqueue of {total:,} (enqueue_many, 10,000 per call) | {total / enqueue_s:,.0f} jobs/s |"
+    )
+    print(f"| enqueue → all {total:,} running | {all_running_s:.1f} s |")
+    print(
+        f"| extend statements per process per H (min / median / max; target 1) | "
+        f"{min(per_h):.2f} / {sorted(per_h)[len(per_h) // 2]:.2f} / {max(per_h):.2f} |"
+    )
+    print(f"| rows extended per second | {rows / window:,.0f} |")
+    print(f"| row updates (HOT) in tenure_jobs | {u1[0] - u0[0]:,} ({u1[1] - u0[1]:,}) |")
+    print(f"| WAL per second (whole server) | {float(wal) / window / 2**20:.2f} MB/s |")
+    print(f"| PostgreSQL backends' CPU | {100 * pg_cpu / window:.1f} % of a core |")
+    print(f"| worker processes' CPU (all {args.procs}) | {100 * w_cpu / window:.1f} % of a core |")
+    print(
+        f"| leases lost (journal heartbeat_lost / workers' counters / extends that matched "
+        f"no row) | {lost_journal} / {lost_counted} / {lost_rows} |"
+    )
+    print(f"| still running with a valid lease at the end | {still:,} / {total:,} |")
+
+
+if __name__ == "__main__":
+    main()
