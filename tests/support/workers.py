@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "Journal",
     "WorkerGroup",
     "WorkerProcess",
+    "aclosing_app",
     "closing_app",
     "parse_event",
     "wait_job",
@@ -165,6 +166,17 @@ def closing_app(app: Any) -> Iterator[Any]:
     try:
         yield app
     finally:
+        app.close()
+
+
+async def aclosing_app(app: Any) -> AsyncIterator[Any]:
+    """`closing_app` for an async test: the App's connections on the test's event loop are
+    closed on that loop, before it is. Left to the loop's teardown, the pool's tasks are
+    cancelled mid-connect, which can hang that teardown on a loaded machine."""
+    try:
+        yield app
+    finally:
+        await app.aclose()
         app.close()
 
 

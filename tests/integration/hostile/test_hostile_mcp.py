@@ -5,7 +5,7 @@ nothing. No worker runs here: a call that wrongly queued would wait, so each cal
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from tests.apps.mcp_app import build_app
-from tests.support.workers import closing_app
+from tests.support.workers import aclosing_app
 from tests.system.adapters.mcp.helpers import jobs, key, text_of
 
 from tenure import App
@@ -50,8 +50,9 @@ BAD_ARGUMENTS: list[dict[str, Any]] = [
 
 
 @pytest.fixture
-def app(tenure_dsn: str) -> Iterator[App]:
-    yield from closing_app(build_app(tenure_dsn))
+async def app(tenure_dsn: str) -> AsyncIterator[App]:
+    async for built in aclosing_app(build_app(tenure_dsn)):
+        yield built
 
 
 @pytest.mark.parametrize("bad", BAD_KEYS, ids=repr)

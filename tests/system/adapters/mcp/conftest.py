@@ -3,12 +3,12 @@ each test module skips itself, with the reason, where the ``mcp`` extra is missi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from tests.apps.mcp_app import build_app
-from tests.support.workers import WorkerGroup, WorkerProcess, closing_app
+from tests.support.workers import WorkerGroup, WorkerProcess, aclosing_app
 from tests.system.e2e.conftest import receiver_dsn, receivers  # noqa: F401 - fixtures
 
 from tenure import App
@@ -17,9 +17,10 @@ MCP_APP = "tests.apps.mcp_app:app"
 
 
 @pytest.fixture
-def app(tenure_dsn: str) -> Iterator[App]:
+async def app(tenure_dsn: str) -> AsyncIterator[App]:
     """The producer the in-process MCP server runs on: the test app on this test's schema."""
-    yield from closing_app(build_app(tenure_dsn))
+    async for built in aclosing_app(build_app(tenure_dsn)):
+        yield built
 
 
 @pytest.fixture
