@@ -186,13 +186,10 @@ class HeartbeatThread:
                     if h.next_beat <= now + h.heartbeat / 2 and not h.ownership.ended
                 ]
             if due:
-                try:
-                    self._tick(due, now)
-                except Exception:  # the thread must outlive any single bad tick
-                    logger.exception("heartbeat tick failed")
-            self._flush_journal()
-            self._flush_progress()
-            self._keep_alive()
+                self._survive(self._tick, due, now)
+            self._survive(self._flush_journal)
+            self._survive(self._flush_progress)
+            self._survive(self._keep_alive)
             with self._lock:
                 now = time.monotonic()
                 soonest = min((h.next_beat for h in self._held.values()), default=now + 1)
@@ -203,6 +200,16 @@ class HeartbeatThread:
                 self._beat_at = max(min(soonest, now + 1), now)
             self._wake.wait(self._beat_at - now)
             self._wake.clear()
+
+    @staticmethod
+    def _survive(step: Callable[..., None], *args: object) -> None:
+        """Run one step of a beat: the thread must outlive any bad one (a dead heartbeat
+        thread would let every lease of the process run out, and leave their journal rows
+        unwritten)."""
+        try:
+            step(*args)
+        except Exception:
+            logger.exception("heartbeat step %s failed", getattr(step, "__name__", step))
 
     def _keep_alive(self) -> None:
         """Stamp the registry row unless an extension did so within the keep-alive period.

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
+import pytest
 from tests.integration.store.helpers import new_job
 from tests.support.waiting import wait_until
 
@@ -179,3 +180,34 @@ async def test_the_keepalive_rides_on_the_extension_and_goes_alone_only_when_idl
         assert await seen() > stamped  # the extensions kept the row alive
     finally:
         thread.stop()
+
+
+async def test_a_failing_step_does_not_end_the_thread_nor_its_beats(
+    store: Store, tenure_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unexpected error in a keep-alive (not a database error) is logged, and the same
+    thread goes on extending the lease it holds."""
+    registration = WorkerRegistration(
+        name="w", host="h", pid=1, version="t", tools=("t",), concurrency=1, keepalive_ms=200
+    )
+    await store.register_worker(registration)
+    thread = HeartbeatThread(tenure_dsn, "w", registration)
+    failures: list[float] = []
+
+    def broken(worker: WorkerRegistration, timeout: float) -> None:
+        failures.append(time.monotonic())
+        raise RuntimeError("a bug in a keep-alive")
+
+    thread._conn.touch_worker = broken  # type: ignore[method-assign]
+    recorded = Recorded(thread)
+    thread.start()
+    try:
+        wait_until(lambda: failures, timeout=10, message="the keep-alive never ran")
+        await store.enqueue(new_job("kept"))
+        [job] = await store.claim("w", {"t": LEASE_MS}, 1)
+        thread.hold(held(job, time.monotonic()))
+        wait_until(lambda: len(recorded.snapshot()) >= 2, timeout=10, message="no extension")
+        assert thread._thread.is_alive()
+    finally:
+        thread.stop()
+    assert "heartbeat step _keep_alive failed" in caplog.text
