@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import inspect
 import json
 import math
-from collections.abc import Callable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
 from ._errors import ConfigError, PayloadError, PolicyError
@@ -15,8 +20,50 @@ from ._waitpoint import waitpoint as make_waitpoint
 from ._worker._ownership import Ownership
 
 if TYPE_CHECKING:
+    from ._worker._steps import Checkpoints, Steps
     from .fence import FencedAuth
     from .fence._signing import SentRequest
+
+STEP_NAME_MAX = 200
+StepKind = str  # 'step' for yours; 'model', 'tool', 'start', 'wait' for framework engines
+STEP_KINDS = ("step", "model", "tool", "start", "wait")  # tenure_steps.kind's CHECK
+# The step running in this task or thread: its side effects take its key.
+_current_step: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tenure_current_step", default=None
+)
+
+
+@contextlib.contextmanager
+def _step_scope(name: str) -> Iterator[None]:
+    """Mark ``name`` as the step running in this task or thread while the block runs."""
+    current = _current_step.set(name)
+    try:
+        yield
+    finally:
+        _current_step.reset(current)
+
+
+def step_name(name: Any, index: Any) -> str:
+    """The recorded name of a step: ``name``, or ``name#index`` for a repeated one."""
+    if (
+        not isinstance(name, str)
+        or not 1 <= len(name) <= STEP_NAME_MAX
+        or not name.isprintable()
+        or ":" in name
+        or "#" in name
+    ):
+        raise PolicyError(
+            f"a step name is 1-{STEP_NAME_MAX} printable characters without ':' or '#', "
+            f"got {name!r:.80}"
+        )
+    if index is None:
+        return name
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 10**9:
+        raise PolicyError(f"a step index is an int in [0, 10**9), got {index!r}")
+    full = f"{name}#{index}"
+    if len(full) > STEP_NAME_MAX:
+        raise PolicyError(f"step name {full!r:.80} is longer than {STEP_NAME_MAX} characters")
+    return full
 
 
 class Context:
@@ -45,6 +92,7 @@ class Context:
         progress: Callable[[str], None] | None = None,
         waitpoint_secret: bytes | None = None,
         waitpoints: Mapping[str, Any] | None = None,
+        steps: Steps | None = None,
     ) -> None:
         self.job_id = job_id
         self.tool = tool
@@ -59,6 +107,10 @@ class Context:
         self._progress = progress
         self._waitpoint_secret = waitpoint_secret
         self._waitpoints = waitpoints  # answered or timed out, by name (from the job's row)
+        self._steps = steps
+        self._checkpoints: Checkpoints | None = None  # this attempt's, made by the first step
+        self._named: set[str] = set()  # step names this attempt used (each once)
+        self._names_lock = threading.Lock()  # steps may run in several threads at once
 
     def __repr__(self) -> str:
         return (
@@ -70,31 +122,52 @@ class Context:
     def fence_scope(self) -> str:
         return f"tool-job:{self.job_id}"
 
-    def idempotency_key(self, operation: str) -> str:
-        """The stable key of one side effect of this job: ``tool-job:{job}:{operation}``."""
-        if not operation or not operation.isprintable() or ":" in operation or len(operation) > 100:
+    def idempotency_key(self, operation: str | None = None) -> str:
+        """The stable key of one side effect of this job: ``tool-job:{job}:{operation}``.
+
+        Inside a step (`step`) ``operation`` defaults to the step's name, so a step's side
+        effect has the key ``tool-job:{job}:{step}`` on every attempt and every worker."""
+        operation = self._operation(operation)
+        if not operation or not operation.isprintable() or ":" in operation or len(operation) > 200:
             raise ValueError(
-                f"operation must be 1-100 printable characters without ':', got {operation!r}"
+                f"operation must be 1-200 printable characters without ':', got {operation!r}"
             )
         return f"{self.fence_scope}:{operation}"
 
-    def fence_headers(self, operation: str, **request: Unpack[SentRequest]) -> dict[str, str]:
+    def _operation(self, operation: str | None) -> str:
+        if operation is not None:
+            return operation
+        current = _current_step.get()
+        if current is None:
+            raise ValueError("name the operation: outside a step there is no default")
+        return current
+
+    @property
+    def current_step(self) -> str | None:
+        """The name of the step running here (in this task or thread), or None."""
+        return _current_step.get()
+
+    def fence_headers(
+        self, operation: str | None = None, **request: Unpack[SentRequest]
+    ) -> dict[str, str]:
         """Idempotency-Key, X-Execution-Fence, X-Fence-Scope (and a signature if keyed).
 
         With a signing key the signature covers the request too, so ``method``,
         ``path`` (the URL as sent) and ``body`` (the exact bytes) are required;
-        ``http_auth(op)`` reads them from the request for you.
+        ``http_auth(op)`` reads them from the request for you. Inside a step,
+        ``operation`` defaults to the step's name.
         """
         from .fence import fence_headers
 
         key = self.idempotency_key(operation)
         return fence_headers(self.fence_scope, self.token, key, self._signing_key, **request)
 
-    def http_auth(self, operation: str) -> FencedAuth:
-        """An httpx auth that adds the fence headers and checks ownership before sending."""
+    def http_auth(self, operation: str | None = None) -> FencedAuth:
+        """An httpx auth that adds the fence headers and checks ownership before sending
+        (inside a step, ``operation`` defaults to the step's name)."""
         from .fence import FencedAuth
 
-        return FencedAuth(self, operation)
+        return FencedAuth(self, self._operation(operation))
 
     @property
     def lease_remaining(self) -> float:
@@ -157,6 +230,102 @@ class Context:
                 "wait again under a new name"
             )
         raise Suspend(waitpoint, waitpoint_request(request))
+
+    # -- fenced steps ------------------------------------------------------------------
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        index: int | None = None,
+        kind: StepKind = "step",
+        detail: Callable[[Any], dict[str, Any] | None] | dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` once for this job and return its JSON result.
+
+        The first time, ``fn`` runs (awaited if it returns an awaitable) and its result
+        is recorded as the step ``name``, fenced like a commit: only while this attempt
+        still owns the job (owner, token, live lease). A later attempt (a retry, another
+        worker after a crash or a takeover, the call resumed after a suspension) gets
+        the recorded result back without running ``fn``. What is returned is always the
+        JSON form (a tuple comes back a list), the same on the first run and on a replay.
+
+        Names are unique within the job: a repeated ``name`` raises PolicyError unless
+        each use gives its own ``index`` (recorded as ``name#index``). Inside ``fn``,
+        `idempotency_key()` and `http_auth()` default to the step's own key,
+        ``tool-job:{job}:{name}``, the same on every attempt. Raises PayloadError when
+        the result is not JSON or larger than 4 MiB, LeaseLost when the database
+        refused the checkpoint (a newer owner holds the job; nothing was recorded), and
+        whatever ``ensure_owned`` raises before ``fn`` starts.
+
+        ``kind`` and ``detail`` are for framework engines: the kind of work (``step``,
+        ``model``, ``tool``) and a small content-free JSON object for watchers, or a
+        function of the result giving one (a model's token usage). They are recorded
+        with the step and shown on the run page, never the result. Pass a keyword of
+        ``fn``'s named ``index``, ``kind`` or ``detail`` through `functools.partial`.
+        """
+        full, checkpoints = self._begin_step(name, index, kind)
+        found, value = await checkpoints.lookup(full)
+        if found:
+            return value
+        self.ensure_owned()
+        started = time.monotonic()
+        with _step_scope(full):
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        return await checkpoints.record(full, value, time.monotonic() - started, kind, detail)
+
+    def step_sync(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        index: int | None = None,
+        kind: StepKind = "step",
+        detail: Callable[[Any], dict[str, Any] | None] | dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """`step` for a threaded (plain ``def``) tool: ``fn`` runs in the tool's own thread;
+        the checkpoint is read and written by the worker's event loop meanwhile."""
+        full, checkpoints = self._begin_step(name, index, kind)
+        run = checkpoints.steps.run
+        found, value = run(checkpoints.lookup(full))
+        if not found:
+            self.ensure_owned()
+            started = time.monotonic()
+            with _step_scope(full):
+                value = fn(*args, **kwargs)
+            value = run(checkpoints.record(full, value, time.monotonic() - started, kind, detail))
+        return value
+
+    def _begin_step(self, name: str, index: int | None, kind: StepKind) -> tuple[str, Checkpoints]:
+        """The step's recorded name, claimed for this attempt, and the attempt's steps."""
+        if kind not in STEP_KINDS:
+            raise PolicyError(f"a step's kind is one of {', '.join(STEP_KINDS)}, got {kind!r}")
+        full = step_name(name, index)
+        with self._names_lock:
+            if full in self._named:
+                raise PolicyError(
+                    f"step {full!r} was already used in this job: step names are unique "
+                    "(give each repetition its own index=...)"
+                )
+            self._named.add(full)
+        return full, self._open_checkpoints()
+
+    def _open_checkpoints(self) -> Checkpoints:
+        with self._names_lock:
+            if self._checkpoints is None:
+                if self._steps is None:
+                    raise ConfigError("this context has no steps (not run by a worker)")
+                self._checkpoints = self._steps.checkpoints(
+                    self.job_id, self.token, self._ownership
+                )
+            return self._checkpoints
 
     def ensure_owned(self, margin: float | None = None) -> None:
         """Raise LeaseLost, OwnershipUnknown or JobCancelled unless an irreversible step

@@ -198,6 +198,21 @@ _SPECS = (
         "duration_ms: how long it waited",
     ),
     EventSpec(
+        "step_recorded",
+        "record_step statement (ctx.step, under the job's token)",
+        "record_step",
+        "a fenced step completed and its checkpoint was recorded (detail step, kind; never "
+        "its result): a later attempt replays it instead of running it. duration_ms: how "
+        "long the step ran",
+    ),
+    EventSpec(
+        "step_rejected",
+        "worker",
+        "writer",
+        "a step's checkpoint matched zero rows (a newer owner holds the job): its result "
+        "was not recorded and the attempt stopped (detail step)",
+    ),
+    EventSpec(
         "retry_requested",
         "retry_job (operator)",
         "retry_job",
@@ -301,7 +316,13 @@ EVENTS: MappingProxyType[str, EventSpec] = MappingProxyType({s.kind: s for s in 
 
 # What the journal writer writes; the other journaled kinds are written by their statement.
 WRITER_KINDS = frozenset(
-    {"ownership_unknown", "tool_request_started", "stale_fence_rejected", "result_discarded"}
+    {
+        "ownership_unknown",
+        "tool_request_started",
+        "stale_fence_rejected",
+        "result_discarded",
+        "step_rejected",
+    }
 )
 
 # The dashboard's ownership feed (these match the partial index tenure_events_notable).

@@ -122,6 +122,31 @@ class OpenWaitpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class NewStep:
+    """One step's checkpoint to record under its job's token (queries/steps.sql)."""
+
+    job_id: int
+    token: int
+    name: str
+    result_json: str
+    duration_ms: int
+    kind: str = "step"
+    detail: dict[str, Any] | None = None
+
+
+class StepRow(TypedDict):
+    """A recorded step as a watcher sees it: never its result."""
+
+    name: str
+    kind: str
+    token: int
+    attempt: int
+    duration_ms: int
+    detail: dict[str, Any]
+    recorded_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class JournalRow:
     """One event for the journal writer's batch. ``observed_at`` is when it was seen (this
     process's monotonic clock); the row is dated that long before the database's clock at

@@ -1,11 +1,11 @@
 -- tenure's schema as it stands after every migration, in one file, for reading.
 --
--- As of migration: 0013_explorer
+-- As of migration: 0016_steps
 --
 -- Nothing applies this file: `tenure migrate` runs migrations/*.sql in order, and that is
 -- the only way tenure's tables are made. This file is what those migrations add up to,
 -- written out once in dependency order with a short note on why each thing is there (the
--- migration that made it, 0001-0013, says more). Statements that migrations later replaced
+-- migration that made it, 0001-0016, says more). Statements that migrations later replaced
 -- are shown only in their current form: tenure_admit (0004, replaced in 0005), the claim
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
 -- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
@@ -564,6 +564,31 @@ CREATE TABLE tenure_secrets (
 );
 INSERT INTO tenure_secrets (name, value)
 VALUES ('waitpoint', replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''));
+
+
+-- == Steps ==================================================================================
+
+-- (0016) Fenced steps inside a job (`ctx.step`): one row per completed step, by name, written
+-- under the job's fencing token with the same predicate as a commit (record_step), so a stale
+-- owner records nothing. A tool called again from the top (after a crash, a takeover or a
+-- suspension) replays what it already did from here instead of doing it again. `result` is the
+-- step's JSON value (the tool's own data, never journaled); `detail` is what the run page
+-- shows (the kind of work, a model's usage, a tool's name, a child job), small and
+-- content-free. Rows go with their job (the job pruner's delete cascades).
+CREATE TABLE tenure_steps (
+    job_id       bigint      NOT NULL REFERENCES tenure_jobs (id) ON DELETE CASCADE,
+    name         text        NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
+    kind         text        NOT NULL DEFAULT 'step'
+                 CHECK (kind IN ('step', 'model', 'tool', 'start', 'wait')),
+    result       jsonb       NOT NULL,
+    token        bigint      NOT NULL,
+    attempt      integer     NOT NULL CHECK (attempt >= 1),
+    duration_ms  bigint      NOT NULL CHECK (duration_ms >= 0),
+    detail       jsonb       NOT NULL DEFAULT '{}'::jsonb
+                 CHECK (jsonb_typeof(detail) = 'object' AND octet_length(detail::text) <= 2048),
+    recorded_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (job_id, name)
+);
 
 
 -- == Workers =================================================================================

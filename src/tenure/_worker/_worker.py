@@ -43,6 +43,7 @@ from ._completer import Completer
 from ._executor import Abandoned, Executor, Stopped
 from ._heartbeat import HeartbeatThread, Held
 from ._ownership import Ownership
+from ._steps import Steps
 
 if TYPE_CHECKING:
     from .._app import App
@@ -180,6 +181,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._loop_seen = time.monotonic()
         self._waitpoint_secret = b""  # read from the database when the worker starts
+        self._steps: Steps | None = None  # the jobs' fenced steps, once the store is open
         self.counts: Counter[str] = Counter()
 
     # -- lifecycle -------------------------------------------------------------
@@ -213,6 +215,7 @@ class Worker:
                 stack.callback(_remove_signal_handlers, loop)
             store = await stack.enter_async_context(Store(dsn, max_size=4))
             self._waitpoint_secret = await store.waitpoint_secret()
+            self._steps = Steps(store, self.name, loop)
             registration = self._registration()
             await store.register_worker(registration)
             # Runs after the heartbeat thread has stopped (the stack unwinds in reverse), so
@@ -406,6 +409,7 @@ class Worker:
             progress=functools.partial(heartbeat.report, job.id),
             waitpoint_secret=self._waitpoint_secret,
             waitpoints=job.waitpoints,
+            steps=self._steps,
         )
         self.counts["claimed"] += 1
         if job.previous_token is not None:

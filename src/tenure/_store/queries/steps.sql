@@ -1,0 +1,50 @@
+-- Fenced steps (migration 0016): what a job already did, by name, replayed by its next attempt.
+
+-- name: job_steps
+-- A job's recorded steps, read once per attempt by the first `ctx.step` that needs them.
+SELECT name, result FROM tenure_steps WHERE job_id = %(job_id)s
+
+-- name: record_step
+-- One step's checkpoint, fenced like a commit: the job's row is locked FOR SHARE under the
+-- same owner + token + running + live-lease predicate as finish_many, so no claim can take the
+-- job over between the check and the insert, and a stale owner matches zero rows (`owned` 0):
+-- nothing is recorded. A step already recorded (by an attempt that died before this one read
+-- the steps) keeps its first result (`recorded` 0), which is returned. The journal gets the
+-- step's name and kind, never its result.
+WITH owned AS (
+    SELECT j.id, j.token, j.attempt, j.tool, j.payload_hmac
+    FROM tenure_jobs j
+    WHERE j.id = %(id)s
+      AND j.token = %(token)s
+      AND j.owner = %(owner)s
+      AND j.state = 'running'
+      AND j.lease_until > clock_timestamp()
+    FOR SHARE
+), recorded AS (
+    INSERT INTO tenure_steps (job_id, name, kind, result, token, attempt, duration_ms, detail)
+    SELECT o.id, %(name)s, %(kind)s, %(result)s::jsonb, o.token, o.attempt, %(duration_ms)s,
+           %(detail)s::jsonb
+    FROM owned o
+    ON CONFLICT (job_id, name) DO NOTHING
+    RETURNING job_id
+), journal AS (
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
+                               duration_ms, payload_hmac)
+    SELECT 'step_recorded', o.id, o.token, o.attempt, %(owner)s, o.tool,
+           jsonb_build_object('step', %(name)s::text, 'kind', %(kind)s::text), NULL,
+           %(duration_ms)s, o.payload_hmac
+    FROM owned o, recorded r
+)
+SELECT (SELECT count(*) FROM owned) AS owned,
+       (SELECT count(*) FROM recorded) AS recorded,
+       (SELECT s.result FROM tenure_steps s WHERE s.job_id = %(id)s AND s.name = %(name)s)
+           AS first
+
+-- name: job_step_rows
+-- A job's steps for whoever watches it (the run page, App.steps): what each was, when, how
+-- long, under which token; never the result.
+SELECT name, kind, token, attempt, duration_ms, detail, recorded_at
+FROM tenure_steps
+WHERE job_id = %(job_id)s
+ORDER BY recorded_at, name
+LIMIT %(limit)s

@@ -1,0 +1,154 @@
+"""A job's fenced steps, as one attempt sees them: what earlier attempts recorded (read once,
+when the first step asks) and the checkpoints this attempt writes under its token.
+
+A tool that uses ``ctx.step`` is written to be called again from the top: after a crash, a
+takeover by another worker, or a suspension (``ctx.sleep``, ``ctx.wait_for``, a waitpoint).
+Each step it already completed returns its recorded result without running again; the
+first step not recorded runs, and its result is recorded with the same predicate as a
+commit (owner + token + running + live lease). Zero rows there is the lease-lost path: the
+result is never recorded, the attempt stops, and whoever owns the job now runs the step
+again under the same side-effect key (``tool-job:{job}:{step}``).
+
+The statements run on the worker's event loop and its store; a threaded tool's
+``ctx.step_sync`` hands them to the loop (`run`) and waits, and runs the step's own
+function in its own thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from .._errors import LeaseLost, PayloadError, PolicyError
+from .._log import log_event
+from .._payload import MAX_RESULT_BYTES, encode
+from .._store import NewStep, Store
+from ._ownership import Ownership
+
+logger = logging.getLogger("tenure.worker")
+
+T = TypeVar("T")
+MAX_STEP_BYTES = MAX_RESULT_BYTES
+MAX_DETAIL_BYTES = 2048
+
+
+def step_detail(detail: Any, name: str) -> dict[str, Any]:
+    """The content-free detail a step shows watchers, checked: a small JSON object."""
+    if detail is None:
+        return {}
+    if not isinstance(detail, dict):
+        raise PayloadError(f"step {name!r}: detail must be a dict, got {type(detail).__name__}")
+    encode(detail, f"step {name!r} detail", MAX_DETAIL_BYTES)
+    return detail
+
+
+class Steps:
+    """The worker's side of every job's steps: its store, its name, its event loop."""
+
+    __slots__ = ("loop", "owner", "store")
+
+    def __init__(self, store: Store, owner: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.store = store
+        self.owner = owner
+        self.loop = loop
+
+    def checkpoints(self, job_id: int, token: int, ownership: Ownership) -> Checkpoints:
+        return Checkpoints(self, job_id, token, ownership)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the worker's loop from a tool's thread and wait for it."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            coro.close()
+            raise PolicyError("the *_sync steps are for threaded tools; an async tool awaits")
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result()
+
+
+class Checkpoints:
+    """One attempt's steps: the recorded ones by name (loaded once) and the writes."""
+
+    def __init__(self, steps: Steps, job_id: int, token: int, ownership: Ownership) -> None:
+        self._steps = steps
+        self.job_id = job_id
+        self.token = token
+        self._ownership = ownership
+        self._recorded: dict[str, Any] | None = None
+        self._loading: asyncio.Future[dict[str, Any]] | None = None
+
+    @property
+    def steps(self) -> Steps:
+        return self._steps
+
+    async def recorded(self) -> dict[str, Any]:
+        """What earlier attempts recorded, read from the database on first use."""
+        if self._recorded is not None:
+            return self._recorded
+        if self._loading is None:
+            self._loading = asyncio.get_running_loop().create_future()
+            try:
+                found = await self._steps.store.job_steps(self.job_id)
+            except BaseException as exc:
+                loading, self._loading = self._loading, None
+                loading.set_exception(exc)
+                loading.exception()  # retrieved: concurrent steps get it, nobody else must
+                raise
+            self._recorded = found
+            self._loading.set_result(found)
+            return found
+        return await asyncio.shield(self._loading)
+
+    async def lookup(self, name: str) -> tuple[bool, Any]:
+        recorded = await self.recorded()
+        if name in recorded:
+            return True, recorded[name]
+        return False, None
+
+    async def record(
+        self,
+        name: str,
+        value: Any,
+        seconds: float,
+        kind: str = "step",
+        detail: Callable[[Any], Any] | dict[str, Any] | None = None,
+    ) -> Any:
+        """Record the step's result under this attempt's token; the JSON value a replay
+        will return. PayloadError for a result that is not JSON or too large (nothing is
+        recorded); LeaseLost when the database refused the write (zero rows)."""
+        text = encode(value, f"step {name!r} result", MAX_STEP_BYTES)
+        result = json.loads(text)
+        shown = step_detail(detail(result) if callable(detail) else detail, name)
+        step = NewStep(
+            job_id=self.job_id,
+            token=self.token,
+            name=name,
+            result_json=text,
+            duration_ms=max(0, round(seconds * 1000)),
+            kind=kind,
+            detail=shown,
+        )
+        verdict, first = await self._steps.store.record_step(self._steps.owner, step)
+        if verdict == "refused":
+            self._ownership.mark_lost("zero_rows")
+            log_event(
+                logger,
+                "step_rejected",
+                level=logging.WARNING,
+                job=self.job_id,
+                token=self.token,
+                worker=self._steps.owner,
+                step=name,
+            )
+            raise LeaseLost(f"step {name!r} was not recorded: the lease is lost (zero rows)")
+        if verdict == "replayed":
+            result = first
+        assert self._recorded is not None
+        self._recorded[name] = result
+        return result

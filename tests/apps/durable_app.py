@@ -1,0 +1,57 @@
+"""Tools written to be called again from the top: fenced steps, durable sleeps, child jobs.
+
+Worker processes load ``tests.apps.durable_app:app`` (``TENURE_DSN``); a test builds its
+producer with ``build_app(dsn)``. Tools note what they did in the ``notes`` file they are
+given (``entered WORKER TOKEN`` when a step's function starts, ...), so a test can tell
+which worker did what, and a tool that must be paused mid-step waits there for a file
+the test creates.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any
+
+from tenure import App, Context
+
+
+def note(path: str, *words: object) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(" ".join(str(w) for w in words) + "\n")
+
+
+def notes_of(path: str, first: str) -> list[list[str]]:
+    """The lines of ``path`` that start with ``first``, split into words."""
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [line.split() for line in f.read().splitlines() if line.split()[:1] == [first]]
+
+
+def build_app(dsn: str | None = None) -> App:
+    app = App(dsn)
+    tool = functools.partial(
+        app.tool, lease=2, heartbeat=0.3, jitter=0.5, time_limit=120, max_attempts=3
+    )
+
+    @tool()
+    def held_step(ctx: Context, notes: str, release: str) -> dict[str, Any]:
+        """One step whose function waits until the file ``{release}{attempt}`` exists (a
+        test pauses the worker meanwhile, or lets it go)."""
+
+        def work() -> dict[str, Any]:
+            note(notes, "entered", ctx.worker, ctx.token)
+            while not os.path.exists(f"{release}{ctx.attempt}"):
+                time.sleep(0.01)
+            return {"by": ctx.worker, "token": ctx.token}
+
+        result = ctx.step_sync("work", work)
+        note(notes, "recorded", ctx.worker, ctx.token)
+        return dict(result)
+
+    return app
+
+
+app = build_app()
