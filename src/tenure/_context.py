@@ -10,14 +10,17 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
-from ._errors import ConfigError, PayloadError, PolicyError
+from ._errors import ConfigError, PayloadError, PolicyError, WaitTimeout
+from ._job import Job
 from ._states import OnTimeout, OwnershipState
-from ._waitpoint import Suspend, Waitpoint
+from ._waitpoint import Suspend, WaitKind, Waitpoint, derive_token
 from ._waitpoint import request_json as waitpoint_request
 from ._waitpoint import waitpoint as make_waitpoint
 from ._worker._ownership import Ownership
+from ._worker._steps import job_of_record, job_record
 
 if TYPE_CHECKING:
     from ._worker._steps import Checkpoints, Steps
@@ -27,10 +30,23 @@ if TYPE_CHECKING:
 STEP_NAME_MAX = 200
 StepKind = str  # 'step' for yours; 'model', 'tool', 'start', 'wait' for framework engines
 STEP_KINDS = ("step", "model", "tool", "start", "wait")  # tenure_steps.kind's CHECK
+DAY = 24 * 3600.0
+MAX_WAIT = 365 * DAY
+WAIT_NAME_MAX = 90  # a waitpoint's name is at most 100 characters, with its round (~n)
+MAX_CHILDREN = 1000
 # The step running in this task or thread: its side effects take its key.
 _current_step: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "tenure_current_step", default=None
 )
+
+
+def _child_ids(children: tuple[Any, ...]) -> list[int]:
+    if not 1 <= len(children) <= MAX_CHILDREN:
+        raise PolicyError(f"wait_for takes 1 to {MAX_CHILDREN} child job ids")
+    for child in children:
+        if isinstance(child, bool) or not isinstance(child, int):
+            raise PolicyError(f"wait_for takes job ids (from ctx.enqueue), got {child!r}")
+    return list(dict.fromkeys(children))
 
 
 @contextlib.contextmanager
@@ -93,6 +109,7 @@ class Context:
         waitpoint_secret: bytes | None = None,
         waitpoints: Mapping[str, Any] | None = None,
         steps: Steps | None = None,
+        tenant: str = "",
     ) -> None:
         self.job_id = job_id
         self.tool = tool
@@ -107,7 +124,9 @@ class Context:
         self._progress = progress
         self._waitpoint_secret = waitpoint_secret
         self._waitpoints = waitpoints  # answered or timed out, by name (from the job's row)
+        self.tenant = tenant
         self._steps = steps
+        self._counters: dict[str, int] = {}  # default names of sleeps, starts and waits
         self._checkpoints: Checkpoints | None = None  # this attempt's, made by the first step
         self._named: set[str] = set()  # step names this attempt used (each once)
         self._names_lock = threading.Lock()  # steps may run in several threads at once
@@ -302,6 +321,146 @@ class Context:
                 value = fn(*args, **kwargs)
             value = run(checkpoints.record(full, value, time.monotonic() - started, kind, detail))
         return value
+
+    # -- durable waits and child jobs ----------------------------------------------------
+
+    async def sleep(self, seconds: float, *, name: str | None = None) -> None:
+        """Wait ``seconds`` without holding anything: the attempt ends here (state
+        ``waiting``: no lease, no heartbeat, no worker slot) and the job is called again
+        from the top once the time has passed, by any worker; on that call (its earlier
+        steps replayed) this returns at once. Resolution is the rescuer's interval (about
+        a second). ``name`` (default ``sleep#n``, the n-th sleep of the call) is how the
+        call recognises this sleep when it is called again."""
+        self._sleep(seconds, name)
+
+    def sleep_sync(self, seconds: float, *, name: str | None = None) -> None:
+        """`sleep` for a threaded tool."""
+        self._sleep(seconds, name)
+
+    def _sleep(self, seconds: float, name: str | None) -> None:
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+            or not 0 <= seconds <= MAX_WAIT
+        ):
+            raise PolicyError(f"sleep takes seconds in [0, {MAX_WAIT:g}], got {seconds!r}")
+        full = self._wait_name(name, "sleep")
+        if seconds == 0 or (self._waitpoints or {}).get(full) is not None:
+            return  # nothing to wait for, or waited already
+        raise Suspend(self._internal_waitpoint(full, float(seconds), "sleep", ()), None)
+
+    async def enqueue(
+        self,
+        tool: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        priority: int | None = None,
+        delay: float = 0.0,
+    ) -> int:
+        """Start a child job: ``tool`` called with ``payload`` in this job's tenant, keyed
+        ``tool-job:{job}:{name}``; its id. A step (``name``, default ``start#n``): queued
+        and recorded in one transaction under this job's token, so a call run again gets
+        the same child back, never a second one. Wait for it with `wait_for`."""
+        full, checkpoints = self._begin_step(*self._default_name(name, "start"), "start")
+        found, value = await checkpoints.lookup(full)
+        if found:
+            return int(value)
+        steps = checkpoints.steps
+        if steps.new_job is None:
+            raise ConfigError("this context cannot start jobs (not run by a worker)")
+        key = self.idempotency_key(full)
+        child = steps.new_job(
+            tool, dict(payload or {}), key, priority, delay, None, self.tenant or None
+        )
+        self.ensure_owned()
+        started = time.monotonic()
+        return await checkpoints.start(full, replace(child, parent_id=self.job_id), started)
+
+    def enqueue_sync(
+        self,
+        tool: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        priority: int | None = None,
+        delay: float = 0.0,
+    ) -> int:
+        """`enqueue` for a threaded tool."""
+        run = self._open_checkpoints().steps.run
+        return run(self.enqueue(tool, payload, name=name, priority=priority, delay=delay))
+
+    async def wait_for(
+        self, *children: int, name: str | None = None, timeout: float = DAY
+    ) -> list[Job]:
+        """Wait for child jobs (ids from `enqueue`) to end, holding nothing meanwhile; their
+        final rows, in the order given (look at each one's state, result and error).
+
+        If one is still going, the attempt ends here (state ``waiting``: no lease, no
+        heartbeat, no worker slot); the last child's end queues this job again, in the
+        same transaction as that child's commit, and the call, run again from the top,
+        gets here with its earlier steps replayed. The rows are recorded as a step
+        (``name``, default ``wait#n``), so later calls read them from the checkpoint
+        even once the children were pruned. WaitTimeout if they did not all end within
+        ``timeout`` seconds of the wait."""
+        ids = _child_ids(children)
+        full, checkpoints = self._begin_step(*self._default_name(name, "wait"), "wait")
+        if len(full) > WAIT_NAME_MAX:
+            raise PolicyError(f"a wait's name is at most {WAIT_NAME_MAX} characters")
+        found, value = await checkpoints.lookup(full)
+        if found:
+            return [job_of_record(record) for record in value]
+        rows = await checkpoints.children(ids)
+        missing = [i for i in ids if i not in rows]
+        if missing:
+            raise PolicyError(f"jobs {missing} are not children of job {self.job_id}")
+        pending = tuple(i for i in ids if not rows[i].done)
+        if not pending:
+            records = [job_record(rows[i]) for i in ids]
+            await checkpoints.record(full, records, 0.0, "wait", {"children": len(ids)})
+            return [rows[i] for i in ids]
+        seen = self._waitpoints or {}
+        round_ = next(n for n in range(1, 10**6) if f"{full}~{n}" not in seen)
+        if (seen.get(f"{full}~{round_ - 1}") or {}).get("timed_out"):
+            raise WaitTimeout(f"children {list(pending)} did not end within {timeout:g} s")
+        wait = self._internal_waitpoint(f"{full}~{round_}", timeout, "children", pending)
+        raise Suspend(wait, None)
+
+    def wait_for_sync(
+        self, *children: int, name: str | None = None, timeout: float = DAY
+    ) -> list[Job]:
+        """`wait_for` for a threaded tool."""
+        run = self._open_checkpoints().steps.run
+        return run(self.wait_for(*children, name=name, timeout=timeout))
+
+    def _default_name(self, name: str | None, base: str) -> tuple[str, int | None]:
+        """``(name, None)`` as given, else ``(base, n)``: the n-th default of this call."""
+        if name is not None:
+            return name, None
+        with self._names_lock:
+            n = self._counters.get(base, 0)
+            self._counters[base] = n + 1
+        return base, n
+
+    def _wait_name(self, name: str | None, base: str) -> str:
+        """A sleep's name, claimed among this call's step names (a sleep records no step)."""
+        full = step_name(*self._default_name(name, base))
+        if len(full) > WAIT_NAME_MAX:
+            raise PolicyError(f"a wait's name is at most {WAIT_NAME_MAX} characters")
+        with self._names_lock:
+            if full in self._named:
+                raise PolicyError(f"{full!r} was already used in this job: names are unique")
+            self._named.add(full)
+        return full
+
+    def _internal_waitpoint(
+        self, name: str, seconds: float, kind: WaitKind, children: tuple[int, ...]
+    ) -> Waitpoint:
+        if self._waitpoint_secret is None:
+            raise ConfigError("this context has no waitpoint secret (not run by a worker)")
+        token = derive_token(self._waitpoint_secret, self.job_id, name)
+        return Waitpoint(name, token, seconds, "resume", kind=kind, children=children)
 
     def _begin_step(self, name: str, index: int | None, kind: StepKind) -> tuple[str, Checkpoints]:
         """The step's recorded name, claimed for this attempt, and the attempt's steps."""

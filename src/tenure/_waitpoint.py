@@ -31,6 +31,7 @@ from ._states import OnTimeout
 MIN_TIMEOUT = 1.0
 MAX_TIMEOUT = 365 * 24 * 3600.0
 NAME_MAX = 100
+WaitKind = Literal["answer", "sleep", "children"]
 TOKEN_PREFIX = "wp_"  # noqa: S105 - a prefix that says what a token is, not a secret
 
 
@@ -50,6 +51,10 @@ class Waitpoint:
     on_timeout: OnTimeout
     state: Literal["pending", "answered", "timed_out"] = "pending"
     answer: Any = None
+    # 'answer' (a person, a webhook); 'sleep' and 'children' are made by ctx.sleep and
+    # ctx.wait_for: only the deadline, or the end of the child jobs in ``children``, resumes it.
+    kind: WaitKind = "answer"
+    children: tuple[int, ...] = ()
 
     @property
     def pending(self) -> bool:

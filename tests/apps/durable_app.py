@@ -9,6 +9,7 @@ the test creates.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import time
@@ -50,6 +51,30 @@ def build_app(dsn: str | None = None) -> App:
         result = ctx.step_sync("work", work)
         note(notes, "recorded", ctx.worker, ctx.token)
         return dict(result)
+
+    @tool()
+    async def napper(ctx: Context, notes: str, seconds: float) -> str:
+        """A step, a durable sleep, a step: each step notes that it ran."""
+        await ctx.step("before", note, notes, "before", ctx.worker)
+        await ctx.sleep(seconds)
+        await ctx.step("after", note, notes, "after", ctx.worker)
+        return f"slept on {ctx.worker}"
+
+    @tool()
+    async def child(ctx: Context, notes: str, release: str) -> str:
+        """Runs until the file ``release`` exists."""
+        note(notes, "child", ctx.worker, ctx.token)
+        while not os.path.exists(release):
+            await asyncio.sleep(0.01)
+        return f"child done on {ctx.worker}"
+
+    @tool()
+    async def parent(ctx: Context, notes: str, release: str) -> list[Any]:
+        """Plans (a step), starts a child, waits for it holding nothing."""
+        await ctx.step("plan", note, notes, "plan", ctx.worker)
+        child = await ctx.enqueue("child", {"notes": notes, "release": release})
+        (done,) = await ctx.wait_for(child)
+        return [done.state, done.result, ctx.worker]
 
     return app
 

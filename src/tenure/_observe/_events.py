@@ -180,15 +180,17 @@ _SPECS = (
         "suspended",
         "suspend_job statement (the call's fenced commit)",
         "suspend_job",
-        "the call suspended at a waitpoint (detail waitpoint, timeout_ms, on_timeout): no "
-        "lease, no slot while it waits. duration_ms: how long the attempt ran",
+        "the call suspended at a waitpoint (detail waitpoint, kind: answer, sleep or "
+        "children, timeout_ms, on_timeout): no lease, no slot while it waits. duration_ms: "
+        "how long the attempt ran",
     ),
     EventSpec(
         "waitpoint_answered",
         "complete_waitpoint statement (App.complete_waitpoint, the dashboard's endpoint)",
         "complete_waitpoint",
-        "a waitpoint was answered and its job queued again (detail waitpoint; never the "
-        "answer). duration_ms: how long it waited",
+        "a waitpoint was answered and its job queued again (detail waitpoint; kind children "
+        "when its child jobs' end answered it; never the answer). duration_ms: how long it "
+        "waited",
     ),
     EventSpec(
         "waitpoint_timed_out",

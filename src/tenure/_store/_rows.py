@@ -42,6 +42,7 @@ class NewJob:
     retain_ms: int = 7 * 24 * 3600 * 1000  # kept this long once it ended (the key's window)
     # The producer's span as a W3C carrier (traceparent, tracestate); set by tenure.otel only.
     trace_context: dict[str, str] | None = None
+    parent_id: int | None = None  # the job that started this one with ctx.enqueue
 
     def params(self) -> dict[str, Any]:
         """The parameters of the `enqueue` statement."""
@@ -60,6 +61,7 @@ class NewJob:
             "quota": self.quota,
             "retain_ms": self.retain_ms,
             "trace_context": None if self.trace_context is None else Jsonb(self.trace_context),
+            "parent_id": self.parent_id,
         }
 
 
@@ -86,6 +88,7 @@ class ClaimedJob:
     run_after: datetime | None = None
     waitpoints: dict[str, Any] | None = None  # answered or timed out, by name
     trace_context: Any = None  # as the row holds it: read only by tenure.otel, which validates it
+    tenant: str = ""  # its children (ctx.enqueue) are queued in the same tenant
     # When the claim statement was sent on its connection (this process's monotonic clock):
     # the lease's local clock starts here, never earlier (not while waiting for a connection).
     sent_at: float = 0.0
@@ -119,6 +122,8 @@ class OpenWaitpoint:
     timeout_ms: int
     on_timeout: str
     request_json: str | None
+    kind: str = "answer"  # 'sleep': only its deadline; 'children': the jobs in waiting_on
+    waiting_on: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,25 +26,33 @@ class WaitpointStatements(StoreBase):
         return str(rows[0]["value"]).encode()
 
     async def suspend(self, owner: str, finish: Finish) -> bool:
-        """The fenced commit of a call that suspends; False: the lease was lost."""
+        """The fenced commit of a call that suspends; False: the lease was lost. A wait for
+        child jobs is committed by its own statement (suspend_for_children), which queues
+        the job again at once when every child had already ended."""
         wp = finish.waitpoint
         assert wp is not None
-        rows = await self._fetch(
-            "suspend_job",
-            {
-                "id": finish.job_id,
-                "token": finish.token,
-                "owner": owner,
-                "name": wp.name,
-                "token_hash": wp.token_hash,
-                "timeout_ms": wp.timeout_ms,
-                "on_timeout": wp.on_timeout,
-                "request": wp.request_json,
-                "progress": finish.progress_json,
-            },
-            FINISH_TIMEOUT,
-        )
+        params = {
+            "id": finish.job_id,
+            "token": finish.token,
+            "owner": owner,
+            "name": wp.name,
+            "token_hash": wp.token_hash,
+            "timeout_ms": wp.timeout_ms,
+            "on_timeout": wp.on_timeout,
+            "progress": finish.progress_json,
+        }
+        if wp.kind == "children":
+            params["children"] = list(wp.waiting_on)
+            rows = await self._fetch("suspend_for_children", params, FINISH_TIMEOUT)
+        else:
+            params |= {"request": wp.request_json, "kind": wp.kind}
+            rows = await self._fetch("suspend_job", params, FINISH_TIMEOUT)
         return bool(rows)
+
+    async def resume_children_waits(self, limit: int) -> list[int]:
+        """The backstop: answer open children waits none of whose children is still going."""
+        rows = await self._fetch("resume_children_waits", {"limit": limit})
+        return [int(row["id"]) for row in rows]
 
     async def complete_waitpoint(self, token_hash: str, answer_json: str) -> Job | None:
         """Answer an open waitpoint (compare-and-set); its job as the answer left it (queued

@@ -305,6 +305,8 @@ class Executor:
                 timeout_ms=round(wp.timeout * 1000),
                 on_timeout=wp.on_timeout,
                 request_json=suspended.request_json,
+                kind=wp.kind,
+                waiting_on=wp.children,
             ),
         )
 

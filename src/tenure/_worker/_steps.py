@@ -21,17 +21,21 @@ import concurrent.futures
 import json
 import logging
 from collections.abc import Callable, Coroutine
+from datetime import datetime
 from typing import Any, TypeVar
 
 from .._errors import LeaseLost, PayloadError, PolicyError
+from .._job import Job
 from .._log import log_event
 from .._payload import MAX_RESULT_BYTES, encode
-from .._store import NewStep, Store
+from .._store import NewJob, NewStep, Store
 from ._ownership import Ownership
 
 logger = logging.getLogger("tenure.worker")
 
 T = TypeVar("T")
+# App._new_job: (tool, payload, key, priority, delay, concurrency key, tenant) → NewJob.
+NewJobMaker = Callable[..., NewJob]
 MAX_STEP_BYTES = MAX_RESULT_BYTES
 MAX_DETAIL_BYTES = 2048
 
@@ -47,14 +51,22 @@ def step_detail(detail: Any, name: str) -> dict[str, Any]:
 
 
 class Steps:
-    """The worker's side of every job's steps: its store, its name, its event loop."""
+    """The worker's side of every job's steps: its store, its name, its event loop, and how
+    its App turns a tool call into a job (checked against the tool's signature and policy)."""
 
-    __slots__ = ("loop", "owner", "store")
+    __slots__ = ("loop", "new_job", "owner", "store")
 
-    def __init__(self, store: Store, owner: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        store: Store,
+        owner: str,
+        loop: asyncio.AbstractEventLoop,
+        new_job: NewJobMaker | None = None,
+    ) -> None:
         self.store = store
         self.owner = owner
         self.loop = loop
+        self.new_job = new_job
 
     def checkpoints(self, job_id: int, token: int, ownership: Ownership) -> Checkpoints:
         return Checkpoints(self, job_id, token, ownership)
@@ -111,6 +123,43 @@ class Checkpoints:
             return True, recorded[name]
         return False, None
 
+    async def start(self, name: str, child: NewJob, seconds: float) -> int:
+        """Queue a child job and record the step that started it (one fenced transaction):
+        the child's id. LeaseLost when the job is no longer this attempt's."""
+        step = NewStep(
+            job_id=self.job_id,
+            token=self.token,
+            name=name,
+            result_json="null",
+            duration_ms=max(0, round(seconds * 1000)),
+            kind="start",
+            detail={"tool": child.tool},
+        )
+        verdict, child_id = await self._steps.store.start_child(self._steps.owner, child, step)
+        if verdict == "refused":
+            self._refused(name)
+        await self.recorded()
+        assert self._recorded is not None
+        self._recorded[name] = child_id
+        return int(child_id)
+
+    async def children(self, ids: list[int]) -> dict[int, Job]:
+        """This job's children among ``ids``, as their rows stand now."""
+        return await self._steps.store.child_outcomes(self.job_id, ids)
+
+    def _refused(self, name: str) -> None:
+        self._ownership.mark_lost("zero_rows")
+        log_event(
+            logger,
+            "step_rejected",
+            level=logging.WARNING,
+            job=self.job_id,
+            token=self.token,
+            worker=self._steps.owner,
+            step=name,
+        )
+        raise LeaseLost(f"step {name!r} was not recorded: the lease is lost (zero rows)")
+
     async def record(
         self,
         name: str,
@@ -136,19 +185,45 @@ class Checkpoints:
         )
         verdict, first = await self._steps.store.record_step(self._steps.owner, step)
         if verdict == "refused":
-            self._ownership.mark_lost("zero_rows")
-            log_event(
-                logger,
-                "step_rejected",
-                level=logging.WARNING,
-                job=self.job_id,
-                token=self.token,
-                worker=self._steps.owner,
-                step=name,
-            )
-            raise LeaseLost(f"step {name!r} was not recorded: the lease is lost (zero rows)")
+            self._refused(name)
         if verdict == "replayed":
             result = first
         assert self._recorded is not None
         self._recorded[name] = result
         return result
+
+
+JOB_TIMES = ("lease_until", "heartbeat_at", "run_after", "created_at", "updated_at", "finished_at")
+RECORDED_JOB_FIELDS = (
+    "id",
+    "tool",
+    "state",
+    "idempotency_key",
+    "attempt",
+    "max_attempts",
+    "token",
+    "owner",
+    "priority",
+    "error",
+    "tenant",
+    "result",
+    *JOB_TIMES,
+)
+
+
+def job_record(job: Job) -> dict[str, Any]:
+    """A child's final row as a wait's checkpoint holds it: JSON, never its payload."""
+    record: dict[str, Any] = {}
+    for name in RECORDED_JOB_FIELDS:
+        value = getattr(job, name)
+        record[name] = value.isoformat() if isinstance(value, datetime) else value
+    return record
+
+
+def job_of_record(record: dict[str, Any]) -> Job:
+    """The `Job` a wait's checkpoint describes (payload None, as it was never recorded)."""
+    fields: dict[str, Any] = {name: record.get(name) for name in RECORDED_JOB_FIELDS}
+    for name in JOB_TIMES:
+        if fields[name] is not None:
+            fields[name] = datetime.fromisoformat(fields[name])
+    return Job(**fields, payload=None)

@@ -215,7 +215,7 @@ class Worker:
                 stack.callback(_remove_signal_handlers, loop)
             store = await stack.enter_async_context(Store(dsn, max_size=4))
             self._waitpoint_secret = await store.waitpoint_secret()
-            self._steps = Steps(store, self.name, loop)
+            self._steps = Steps(store, self.name, loop, self.app._new_job)
             registration = self._registration()
             await store.register_worker(registration)
             # Runs after the heartbeat thread has stopped (the stack unwinds in reverse), so
@@ -410,6 +410,7 @@ class Worker:
             waitpoint_secret=self._waitpoint_secret,
             waitpoints=job.waitpoints,
             steps=self._steps,
+            tenant=job.tenant,
         )
         self.counts["claimed"] += 1
         if job.previous_token is not None:

@@ -48,3 +48,25 @@ FROM tenure_steps
 WHERE job_id = %(job_id)s
 ORDER BY recorded_at, name
 LIMIT %(limit)s
+
+-- name: lock_owned_job
+-- The first statement of a transaction that writes for a running job besides its commit (a
+-- child started by ctx.enqueue with the step that records it): the job's row locked FOR SHARE
+-- under the same owner + token + running + live-lease predicate as finish_many. Zero rows:
+-- the lease is lost, and the transaction writes nothing.
+SELECT j.id FROM tenure_jobs j
+WHERE j.id = %(id)s
+  AND j.token = %(token)s
+  AND j.owner = %(owner)s
+  AND j.state = 'running'
+  AND j.lease_until > clock_timestamp()
+FOR SHARE
+
+-- name: child_outcomes
+-- The rows of a job's children as ctx.wait_for records them in its checkpoint (never the
+-- payload); only jobs this parent started.
+SELECT id, tool, state, idempotency_key, attempt, max_attempts, token, owner, lease_until,
+       heartbeat_at, run_after, priority, created_at, updated_at, finished_at, error, tenant,
+       result
+FROM tenure_jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND parent_id = %(parent)s

@@ -25,24 +25,108 @@ WITH suspended AS (
               (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000)::bigint AS ran_ms
 ), opened AS (
     INSERT INTO tenure_waitpoints (job_id, name, token_hash, token, on_timeout, deadline,
-                                   request)
+                                   request, kind)
     SELECT s.id, %(name)s, %(token_hash)s, s.token, %(on_timeout)s,
-           clock_timestamp() + %(timeout_ms)s * interval '1 millisecond', %(request)s::jsonb
+           clock_timestamp() + %(timeout_ms)s * interval '1 millisecond', %(request)s::jsonb,
+           %(kind)s
     FROM suspended s
     RETURNING id
 ), journal AS (
-    -- detail: the waitpoint's name and deadline, never what it asks.
+    -- detail: the waitpoint's name, kind and deadline, never what it asks.
     INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
                                duration_ms, payload_hmac)
     SELECT 'suspended', s.id, s.token, s.attempt, %(owner)s, s.tool,
            jsonb_build_object('waitpoint', %(name)s::text, 'timeout_ms', %(timeout_ms)s::bigint,
-                              'on_timeout', %(on_timeout)s::text),
+                              'on_timeout', %(on_timeout)s::text, 'kind', %(kind)s::text),
            NULL, s.ran_ms, s.payload_hmac
     FROM suspended s
 ), notified AS (
     SELECT tenure_notify('tenure_progress', array_agg(s.id::text)) AS n FROM suspended s
 )
 SELECT s.id, (SELECT count(*) FROM opened) AS opened FROM notified, suspended s
+
+-- name: suspend_for_children
+-- The fenced commit of a call that waits for its child jobs (ctx.wait_for): the children are
+-- locked FOR SHARE first, so a child committing its end right now is waited for and then seen
+-- ended (its own statement's trigger found no wait to leave yet), and a child ending after
+-- this statement finds the wait (tenure_child_ended). With a child still going, the job waits
+-- (no lease, no slot) at a children waitpoint listing those children; with none left, the
+-- same waitpoint is answered at once and the job queued again (attempt refunded), so the call
+-- is run again and finds its children ended. A missing child (pruned) counts as ended. Under
+-- the same owner + token + live-lease predicate as any commit: zero rows, nothing written.
+WITH kids AS (
+    SELECT c.id, c.state FROM tenure_jobs c
+    WHERE c.id = ANY(%(children)s::bigint[])
+    ORDER BY c.id
+    FOR SHARE
+), pending AS (
+    SELECT coalesce(array_agg(k.id ORDER BY k.id)
+                        FILTER (WHERE k.state NOT IN ('succeeded', 'failed', 'cancelled')),
+                    '{}'::bigint[]) AS ids
+    FROM kids k
+), suspended AS (
+    UPDATE tenure_jobs j
+    SET state = CASE WHEN cardinality(p.ids) > 0 THEN 'waiting' ELSE 'queued' END,
+        attempt = j.attempt - CASE WHEN cardinality(p.ids) > 0 THEN 0 ELSE 1 END,
+        lease_until = NULL,
+        run_after = clock_timestamp(),
+        updated_at = clock_timestamp(),
+        waitpoints = CASE WHEN cardinality(p.ids) > 0 THEN j.waitpoints
+                          ELSE coalesce(j.waitpoints, '{}'::jsonb)
+                               || jsonb_build_object(%(name)s::text, jsonb_build_object(
+                                      'answer', NULL, 'timed_out', false,
+                                      'at', clock_timestamp())) END,
+        progress = coalesce(%(progress)s::jsonb || jsonb_build_object('at', clock_timestamp()),
+                            j.progress)
+    FROM pending p
+    WHERE j.id = %(id)s
+      AND j.token = %(token)s
+      AND j.owner = %(owner)s
+      AND j.state = 'running'
+      AND j.lease_until > clock_timestamp()
+    RETURNING j.id, j.tool, j.token, j.attempt, j.state, j.payload_hmac,
+              (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000)::bigint AS ran_ms
+), opened AS (
+    INSERT INTO tenure_waitpoints (job_id, name, token_hash, token, on_timeout, deadline,
+                                   kind, waiting_on, state, closed_at)
+    SELECT s.id, %(name)s, %(token_hash)s, s.token, %(on_timeout)s,
+           clock_timestamp() + %(timeout_ms)s * interval '1 millisecond', 'children', p.ids,
+           CASE WHEN s.state = 'waiting' THEN 'open' ELSE 'answered' END,
+           CASE WHEN s.state = 'waiting' THEN NULL ELSE clock_timestamp() END
+    FROM suspended s, pending p
+    RETURNING id
+), journal AS (
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
+                               duration_ms, payload_hmac)
+    -- detail pending 0: every child had ended, so the job was queued again at once.
+    SELECT 'suspended', s.id, s.token, s.attempt, %(owner)s, s.tool,
+           jsonb_build_object('waitpoint', %(name)s::text, 'timeout_ms', %(timeout_ms)s::bigint,
+                              'on_timeout', %(on_timeout)s::text, 'kind', 'children',
+                              'children', cardinality(%(children)s::bigint[]),
+                              'pending', cardinality(p.ids)),
+           NULL, s.ran_ms, s.payload_hmac
+    FROM suspended s, pending p
+), notified AS (
+    SELECT tenure_notify('tenure_progress', array_agg(s.id::text)) AS n FROM suspended s
+)
+SELECT s.id, s.state, (SELECT count(*) FROM opened) AS opened FROM notified, suspended s
+
+-- name: resume_children_waits
+-- The rescuer's backstop for children waits: an open one none of whose children is still
+-- going (each child's end normally answers it in its own transaction; a child deleted by hand
+-- never ends) is answered and its job queued again. A bounded batch, FOR UPDATE SKIP LOCKED.
+WITH due AS (
+    SELECT w.id, w.name, w.token, w.created_at FROM tenure_waitpoints w
+    WHERE w.state = 'open'
+      AND w.kind = 'children'
+      AND NOT EXISTS (SELECT FROM tenure_jobs c
+                      WHERE c.id = ANY(w.waiting_on)
+                        AND c.state NOT IN ('succeeded', 'failed', 'cancelled'))
+    ORDER BY w.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+SELECT d.id FROM due d WHERE tenure_resume_children_wait(d.id, d.name, d.token, d.created_at)
 
 -- name: complete_waitpoint
 -- Compare-and-set: the waitpoint must be open and its job still waiting under the token it
