@@ -45,7 +45,7 @@ from ._maintenance._worker_pruner import WorkerPrunerConfig
 from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
 from ._policy import LeasePolicy, RetryPolicy, ToolPolicy
 from ._search import JobPage
-from ._waitpoint import Waitpoint
+from ._waitpoint import Suspend, Waitpoint
 from ._worker._worker import Worker
 
 __version__ = "0.1.0"
@@ -90,6 +90,7 @@ __all__ = [
     "Stage",
     "StaleFence",
     "StatisticsConfig",
+    "Suspend",
     "TenureError",
     "ToolError",
     "ToolPolicy",

@@ -70,9 +70,11 @@ class Waitpoint:
 
 
 class Suspend(BaseException):
-    """Raised by `Context.suspend` to end the attempt in the waiting state.
+    """Raised by `Context.suspend`, `Context.sleep` and `Context.wait_for` to end the attempt
+    in the waiting state; the worker commits the wait when it reaches the tool's caller.
 
-    A BaseException, so that a tool's own ``except Exception`` cannot swallow it.
+    A BaseException, so that a tool's own ``except Exception`` cannot swallow it; code that
+    catches everything (a framework running the tool) must let it through.
     """
 
     def __init__(self, waitpoint: Waitpoint, request_json: str | None) -> None:

@@ -183,13 +183,18 @@ class Checkpoints:
             kind=kind,
             detail=shown,
         )
+        # Shielded: a step that ran is offered to the database even if the call is being
+        # stopped meanwhile (a lost lease, a shutdown); the fenced statement decides.
+        return await asyncio.shield(self._write(step, result))
+
+    async def _write(self, step: NewStep, result: Any) -> Any:
         verdict, first = await self._steps.store.record_step(self._steps.owner, step)
         if verdict == "refused":
-            self._refused(name)
+            self._refused(step.name)
         if verdict == "replayed":
             result = first
         assert self._recorded is not None
-        self._recorded[name] = result
+        self._recorded[step.name] = result
         return result
 
 

@@ -9,6 +9,9 @@ Module map:
 
     _calls         one tool call as one job, framework-free: its key, waiting, deferral,
                    what a failure may tell the model
-    pydantic_ai    TenureToolset: a pydantic-ai toolset (deferred tools past defer_after)
+    pydantic_ai    TenureToolset: a pydantic-ai toolset (deferred tools past defer_after);
+                   TenureDurability and run_context, re-exported from
+    _pydantic_ai_durable  a durable pydantic-ai engine: the agent run is a job, each model
+                   request and tool call a fenced step, tools child jobs keyed by position
     openai_agents  TenureTools: OpenAI Agents SDK FunctionTools
 """

@@ -31,6 +31,7 @@ from pydantic_core import SchemaValidator, core_schema
 
 from .._app import App
 from .._errors import JobCancelled, JobFailed, PayloadError, PolicyError
+from .._waitpoint import Suspend
 from ._calls import (
     Deferred,
     Failure,
@@ -41,8 +42,9 @@ from ._calls import (
     run_call,
     settle,
 )
+from ._pydantic_ai_durable import TenureDurability, _Run, current_run, run_context
 
-__all__ = ["TenureToolset"]
+__all__ = ["TenureDurability", "TenureToolset", "run_context"]
 
 FRAMEWORK = "pydantic-ai"
 METADATA_KEY = "tenure"
@@ -95,6 +97,9 @@ class TenureToolset(AbstractToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
+        run = current_run()
+        if run is not None:
+            return await self._child_call(run, name, tool_args, ctx)
         key = call_key(FRAMEWORK, ctx.conversation_id or ctx.run_id, ctx.tool_call_id)
         tenant = self._tenant(ctx) if callable(self._tenant) else self._tenant
         try:
@@ -106,6 +111,31 @@ class TenureToolset(AbstractToolset[Any]):
             raise CallDeferred(metadata={METADATA_KEY: metadata}) from None
         except (PayloadError, JobFailed, JobCancelled) as error:
             raise _framework_error(failure(name, error)) from None
+
+    async def _child_call(
+        self, run: _Run, name: str, tool_args: dict[str, Any], ctx: RunContext[Any]
+    ) -> Any:
+        """Inside a durable run (`TenureDurability`): the call is a child job of the run,
+        keyed by the run and the call's position (``tool-job:{run}:tool.{step}.{index}``),
+        waited for holding no lease; a replay finds the same child and its recorded end."""
+        position = f"tool.{run.position(ctx, 'child')}"
+        with run.tool_call():
+            try:
+                child = await run.ctx.enqueue(name, tool_args, name=position)
+            except PayloadError as error:
+                raise _framework_error(failure(name, error)) from None
+            try:
+                (done,) = await run.ctx.wait_for(child, name=f"{position}.wait")
+            except Suspend as suspended:
+                await run.park(suspended)
+        if done.state == "succeeded":
+            return done.result
+        ended = (
+            JobCancelled(f"job {done.id} was cancelled", done)
+            if done.state == "cancelled"
+            else JobFailed(f"job {done.id} ended {done.state}", done)
+        )
+        raise _framework_error(failure(name, ended)) from None
 
     async def results(
         self, requests: DeferredToolRequests, *, timeout: float | None = None

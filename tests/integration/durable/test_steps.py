@@ -12,10 +12,8 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg.rows import dict_row
-from tests.integration.durable.conftest import running
+from tests.integration.durable.conftest import rows, running
 from tests.integration.store.helpers import new_job, reclaim
 
 import tenure
@@ -27,11 +25,6 @@ from tenure._worker._steps import Steps
 SECRET = "the-customer-said-something-private"
 RAN: Counter[str] = Counter()
 KEYS: list[tuple[int, str]] = []  # (attempt, the step's key as fn saw it)
-
-
-def rows(dsn: str, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    with psycopg.connect(dsn, row_factory=dict_row) as conn:
-        return conn.execute(query, params or {}).fetchall()
 
 
 def ran(what: str) -> str:

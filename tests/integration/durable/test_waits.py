@@ -13,8 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
-from tests.integration.durable.conftest import running
+from tests.integration.durable.conftest import rows, running, until_waiting
 from tests.integration.store.helpers import new_job
 from tests.support.waiting import wait_until_async
 
@@ -27,11 +26,6 @@ from tenure._worker._ownership import Ownership
 
 RAN: Counter[str] = Counter()
 GATE: dict[str, asyncio.Event] = {}
-
-
-def rows(dsn: str, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    with psycopg.connect(dsn, row_factory=dict_row) as conn:
-        return conn.execute(query, params or {}).fetchall()
 
 
 def held(dsn: str) -> dict[str, Any]:
@@ -124,15 +118,7 @@ async def test_a_parent_waits_for_its_children_holding_nothing(app: App, tenure_
     GATE["slow"] = asyncio.Event()
     async with running(app, concurrency=2):
         job = await app.enqueue("parent", {"names": ["fast", "slow"]})
-        await wait_until_async(
-            lambda: (
-                rows(tenure_dsn, "SELECT state FROM tenure_jobs WHERE id = %(id)s", {"id": job.id})[
-                    0
-                ]["state"]
-                == "waiting"
-            ),
-            timeout=20,
-        )
+        await until_waiting(tenure_dsn, job.id)
         await wait_until_async(
             lambda: (
                 rows(tenure_dsn, "SELECT count(*) AS n FROM tenure_jobs WHERE state = 'succeeded'")[
