@@ -7,7 +7,8 @@ environment; a test builds its producer with ``build(dsn)``.
 
 The prompt configures the run: ``ids=random`` (a fresh random tool-call id on every model
 call, as a real provider would make) or ``ids=call_0`` (ids numbered per response, so
-``call_0`` comes back every turn), and ``hold=POINT``: on worker ``a`` the run stops at
+``call_0`` comes back every turn), and ``hold=POINT`` (or the file ``AGENT_NOTES/hold``
+holding POINT): on worker ``a`` the run stops at
 POINT and waits there (for the test to SIGKILL or SIGSTOP it) until ``AGENT_NOTES/release``
 exists. Points: ``model1`` (inside the first model request), ``before_tool`` (the
 function tool, before its request), ``sending`` (its request, fenced and on its way out),
@@ -28,6 +29,7 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 from pydantic_ai import Agent, FunctionToolset, RunContext
@@ -38,7 +40,13 @@ from tenure import App, Context
 from tenure.integrations.pydantic_ai import TenureDurability, TenureToolset, run_context
 
 EXPECTED = "done: case refund-42 created; captured 1250; case follow-up created"
-POLICY = {"lease": 2.0, "heartbeat": 0.3, "jitter": 0.5, "time_limit": 120.0, "max_attempts": 5}
+POLICY: dict[str, Any] = {
+    "lease": 2.0,
+    "heartbeat": 0.3,
+    "jitter": 0.5,
+    "time_limit": 120.0,
+    "max_attempts": 5,
+}
 
 
 def notes_dir() -> Path:
@@ -59,8 +67,11 @@ def setting(prompt: str, name: str, default: str = "") -> str:
 
 
 def hold_thread(prompt: str, point: str, worker: str) -> None:
-    """On worker ``a``, stop at ``point`` if the prompt says so, until released."""
-    if worker != "a" or setting(prompt, "hold") != point:
+    """On worker ``a``, stop at ``point`` if the prompt (or the file ``AGENT_NOTES/hold``)
+    says so, until released."""
+    held = notes_dir() / "hold"
+    wanted = setting(prompt, "hold") or (held.read_text().strip() if held.exists() else "")
+    if worker != "a" or wanted != point:
         return
     note("held", point, worker)
     while not (notes_dir() / "release").exists():
@@ -110,12 +121,13 @@ async def respond(messages: list[msg.ModelMessage], info: AgentInfo) -> msg.Mode
     return msg.ModelResponse(parts=parts)
 
 
-def build(dsn: str | None = None) -> tuple[App, TenureDurability[None]]:
-    app = App(dsn)
+def add_charge(app: App) -> None:
+    """Register ``charge``: capture a payment (a child job of the run when the agent calls
+    it); held after its request when ``AGENT_NOTES/hold_child`` exists."""
 
-    @app.tool(**POLICY)  # type: ignore[arg-type]
+    @app.tool(**POLICY)
     async def charge(ctx: Context, payment_id: str, cents: int) -> str:
-        """Capture a payment (a child job of the run when the agent calls it)."""
+        """Capture a payment."""
         async with httpx.AsyncClient(timeout=10) as client:
             response = await client.post(
                 os.environ["RECEIVER_URL"] + "/payments/capture",
@@ -128,31 +140,38 @@ def build(dsn: str | None = None) -> tuple[App, TenureDurability[None]]:
             await asyncio.to_thread(hold_thread, "hold=in_child", "in_child", ctx.worker)
         return f"captured {cents}"
 
+
+def post_case(ctx: Context, title: str, prompt: str) -> str:
+    """The body of ``post``, a function tool (a step of the run, in a thread of its own):
+    open a case, its request carrying the step's key. A request held on its way out
+    (``sending``) is sent when released, whatever the worker learnt meanwhile, as one on
+    the wire would be."""
+    hold_thread(prompt, "before_tool", ctx.worker)
+
+    def sending(request: httpx.Request) -> None:
+        hold_thread(prompt, "sending", ctx.worker)
+
+    with httpx.Client(timeout=10, event_hooks={"request": [sending]}) as client:
+        response = client.post(
+            os.environ["RECEIVER_URL"] + "/cases", json={"title": title}, auth=ctx.http_auth()
+        )
+    note("posted", title, ctx.worker, ctx.token, response.status_code)
+    response.raise_for_status()
+    hold_thread(prompt, "in_tool", ctx.worker)
+    return f"case {title} created"
+
+
+def build(dsn: str | None = None) -> tuple[App, TenureDurability[None]]:
+    app = App(dsn)
+    add_charge(app)
     local = FunctionToolset[None](id="desk")
 
     @local.tool
     def post(rc: RunContext[None], title: str) -> str:
-        """Open a case (a step of the run: its request carries the step's key). A plain
-        function, so it runs in a thread: a request held on its way out (``sending``) is
-        sent when released, whatever the worker has learnt meanwhile, as one on the wire
-        would be."""
-        ctx = run_context()
-        prompt = rc.prompt if isinstance(rc.prompt, str) else ""
-        hold_thread(prompt, "before_tool", ctx.worker)
+        """Open a case."""
+        return post_case(run_context(), title, rc.prompt if isinstance(rc.prompt, str) else "")
 
-        def sending(request: httpx.Request) -> None:
-            hold_thread(prompt, "sending", ctx.worker)
-
-        with httpx.Client(timeout=10, event_hooks={"request": [sending]}) as client:
-            response = client.post(
-                os.environ["RECEIVER_URL"] + "/cases", json={"title": title}, auth=ctx.http_auth()
-            )
-        note("posted", title, ctx.worker, ctx.token, response.status_code)
-        response.raise_for_status()
-        hold_thread(prompt, "in_tool", ctx.worker)
-        return f"case {title} created"
-
-    durability = TenureDurability[None](app, **POLICY)  # type: ignore[arg-type]
+    durability = TenureDurability[None](app, **POLICY)
     Agent(
         FunctionModel(respond),
         name="desk",

@@ -30,17 +30,13 @@ receiver applies it once and refuses the paused old owner.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import contextvars
-import dataclasses
 import hashlib
 import re
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any
 
 from pydantic import JsonValue
 from pydantic_ai import messages as _messages
@@ -71,6 +67,8 @@ from pydantic_core import to_jsonable_python
 
 import tenure
 
+from ._calls import DurableRun, RunStarter
+
 __all__ = ["TenureDurability", "run_context"]
 
 TOOL_PREFIX = "agent:"
@@ -84,55 +82,11 @@ def _serialization_failure(error: Exception) -> BaseException:
 
 
 @dataclass(eq=False)
-class _Run:
-    """One attempt of one agent run: its job's Context, the positions handed out so far, and
-    the tool calls in flight (a call that must wait for its child job waits for its siblings
-    first: see `park`)."""
+class _Run(DurableRun):
+    """One attempt of one pydantic-ai run (see `DurableRun`), and where its tool calls stand
+    in the model responses that asked for them."""
 
-    ctx: tenure.Context
-    seen: Counter[str] = field(default_factory=Counter)
     waits: int = 0
-    busy: int = 0  # tool calls in flight
-    parked: list[int] = field(default_factory=list)  # children of the calls that must wait
-    parked_calls: int = 0
-    _changed: asyncio.Event | None = None
-
-    @contextlib.contextmanager
-    def tool_call(self) -> Iterator[None]:
-        """Count a tool call in flight while the block runs."""
-        self.busy += 1
-        try:
-            yield
-        finally:
-            self.busy -= 1
-            self._notify()
-
-    async def park(self, suspended: tenure.Suspend) -> NoReturn:
-        """A tool call whose child job has not ended must end the attempt; first let the
-        calls beside it finish (or park too), so that their steps are recorded rather than
-        cut off and run again, then end it waiting for every parked call's children at once:
-        one suspension for the whole response, resumed when its last child ended."""
-        self.parked.extend(suspended.waitpoint.children)
-        self.parked_calls += 1
-        self._notify()
-        while self.busy > self.parked_calls:
-            if self._changed is None:
-                self._changed = asyncio.Event()
-            self._changed.clear()
-            await self._changed.wait()
-        children = tuple(dict.fromkeys(self.parked))
-        wait = dataclasses.replace(suspended.waitpoint, children=children)
-        raise tenure.Suspend(wait, suspended.request_json)
-
-    def _notify(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-
-    def index(self, base: str) -> int:
-        """How many units named ``base`` this attempt met before: the next one's index."""
-        n = self.seen[base]
-        self.seen[base] = n + 1
-        return n
 
     def position(self, run_ctx: RunContext[Any] | None, kind: str) -> str:
         """``{run_step}.{index}``: where a tool call stands in the model response that asked
@@ -263,7 +217,7 @@ class _Waiter(ExternalEventWaiter):
         run.ctx.suspend(wp, request={"waiting_for": name})
 
 
-class TenureDurability(BaseDurabilityCapability[AgentDepsT]):
+class TenureDurability(BaseDurabilityCapability[AgentDepsT], RunStarter):
     """Makes a pydantic-ai agent's runs tenure jobs: durable, fenced and resumable.
 
     Attach it to an agent (``Agent(..., name="support", capabilities=[durability])``):
@@ -391,33 +345,3 @@ class TenureDurability(BaseDurabilityCapability[AgentDepsT]):
         finally:
             _RUN.reset(token)
         return to_jsonable_python(result.output)
-
-    # -- starting runs (any process) -----------------------------------------------------
-
-    def _tool_name(self) -> str:
-        if self.tool is None:
-            raise tenure.PolicyError("attach TenureDurability to an agent before starting runs")
-        return self.tool
-
-    async def start(
-        self, prompt: str, *, key: str | None = None, tenant: str | None = None
-    ) -> tenure.Job:
-        """Start a run of the agent on ``prompt`` (a job; any worker runs it). A repeated
-        ``key`` returns the run it started, never a second one."""
-        return await self.app.enqueue(
-            self._tool_name(), {"prompt": prompt}, idempotency_key=key, tenant=tenant
-        )
-
-    async def run(
-        self,
-        prompt: str,
-        *,
-        key: str | None = None,
-        tenant: str | None = None,
-        timeout: float | None = None,
-        output_type: Any = None,
-    ) -> Any:
-        """`start` the run and wait for its output (JSON, or ``output_type`` loaded from it);
-        JobFailed if the run failed."""
-        job = await self.start(prompt, key=key, tenant=tenant)
-        return await self.app.wait(job.id, timeout=timeout, result_type=output_type)

@@ -31,12 +31,12 @@ from pydantic_core import SchemaValidator, core_schema
 
 from .._app import App
 from .._errors import JobCancelled, JobFailed, PayloadError, PolicyError
-from .._waitpoint import Suspend
 from ._calls import (
     Deferred,
     Failure,
     call_key,
     check_defer_after,
+    ended,
     failure,
     offered,
     run_call,
@@ -119,23 +119,13 @@ class TenureToolset(AbstractToolset[Any]):
         keyed by the run and the call's position (``tool-job:{run}:tool.{step}.{index}``),
         waited for holding no lease; a replay finds the same child and its recorded end."""
         position = f"tool.{run.position(ctx, 'child')}"
-        with run.tool_call():
-            try:
-                child = await run.ctx.enqueue(name, tool_args, name=position)
-            except PayloadError as error:
-                raise _framework_error(failure(name, error)) from None
-            try:
-                (done,) = await run.ctx.wait_for(child, name=f"{position}.wait")
-            except Suspend as suspended:
-                await run.park(suspended)
+        try:
+            done = await run.child_call(name, tool_args, position)
+        except PayloadError as error:
+            raise _framework_error(failure(name, error)) from None
         if done.state == "succeeded":
             return done.result
-        ended = (
-            JobCancelled(f"job {done.id} was cancelled", done)
-            if done.state == "cancelled"
-            else JobFailed(f"job {done.id} ended {done.state}", done)
-        )
-        raise _framework_error(failure(name, ended)) from None
+        raise _framework_error(failure(name, ended(done))) from None
 
     async def results(
         self, requests: DeferredToolRequests, *, timeout: float | None = None

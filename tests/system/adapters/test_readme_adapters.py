@@ -22,7 +22,13 @@ from tests.support.docs import example, imported, jobs_left
 from tenure import App
 
 Load = Callable[[str], dict[str, Any]]
-ADAPTERS = ("mcp-short", "pydantic-ai-short", "openai-agents-short", "pydantic-ai-durable")
+ADAPTERS = (
+    "mcp-short",
+    "pydantic-ai-short",
+    "openai-agents-short",
+    "pydantic-ai-durable",
+    "openai-agents-durable",
+)
 
 
 @pytest.fixture
@@ -110,8 +116,9 @@ async def test_the_openai_agents_block_runs_its_tool_once_under_the_conversation
     assert key.startswith("openai-agents:chat-42:"), key
 
 
-def test_the_durable_pydantic_ai_block_is_seven_lines() -> None:
-    assert len(example("pydantic-ai-durable").code.splitlines()) <= 7
+@pytest.mark.parametrize("name", ["pydantic-ai-durable", "openai-agents-durable"])
+def test_each_durable_block_is_seven_lines(name: str) -> None:
+    assert len(example(name).code.splitlines()) <= 7
 
 
 async def test_the_durable_pydantic_ai_block_runs_the_agent_as_a_job_of_steps(
@@ -139,4 +146,31 @@ async def test_the_durable_pydantic_ai_block_runs_the_agent_as_a_job_of_steps(
         first = await names["durable"].run("Where is order 7?", key="ticket-7", timeout=60)
         again = await names["durable"].run("Where is order 7?", key="ticket-7", timeout=60)
     assert first == again == "It is shipped." and asked == [1]  # one run, asked once
+    assert jobs_left(tenure_dsn) == [("agent:desk", "ticket-7", "succeeded", 1)]
+
+
+async def test_the_durable_openai_agents_block_runs_the_agent_as_a_job_of_steps(
+    tenure_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agents import ModelResponse, Usage
+    from agents.models.interface import Model
+    from agents.testing import assistant_message
+
+    asked: list[object] = []
+
+    class Answers(Model):
+        async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            asked.append(args)
+            return ModelResponse([assistant_message("It is shipped.")], Usage(), None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    monkeypatch.setenv("TENURE_DSN", tenure_dsn)
+    names = imported("openai-agents-durable", tmp_path, "durable_openai_desk")
+    names["agent"].model = Answers()  # offline; the block names a provider's model
+    async with working(names["app"]):
+        first = await names["runner"].run("Where is order 7?", key="ticket-7", timeout=60)
+        again = await names["runner"].run("Where is order 7?", key="ticket-7", timeout=60)
+    assert first == again == "It is shipped." and len(asked) == 1  # one run, asked once
     assert jobs_left(tenure_dsn) == [("agent:desk", "ticket-7", "succeeded", 1)]
