@@ -44,6 +44,7 @@ from ._maintenance._statistics import StatisticsConfig
 from ._maintenance._worker_pruner import WorkerPrunerConfig
 from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
 from ._policy import LeasePolicy, RetryPolicy, ToolPolicy
+from ._run_watch import RunEvent
 from ._search import JobPage
 from ._waitpoint import Suspend, Waitpoint
 from ._worker._worker import Worker
@@ -82,6 +83,7 @@ __all__ = [
     "RetryPolicy",
     "RetryableError",
     "Run",
+    "RunEvent",
     "RunFailed",
     "RunNotFound",
     "RunStage",

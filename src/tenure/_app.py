@@ -55,6 +55,7 @@ from ._registry import (
     check_tenant,
     make_spec,
 )
+from ._run_watch import RunEvent, follow_run
 from ._search import JobPage, SearchFilters, job_search, page_of
 from ._signature import load_result
 from ._store import (
@@ -791,6 +792,18 @@ class App:
             if (now.state, now.progress) != last:  # the row may be ahead of the status read
                 last = (now.state, now.progress)
                 yield now
+
+    async def watch_run(
+        self, job_id: int, *, timeout: float | None = None
+    ) -> AsyncIterator[RunEvent]:
+        """A durable run's events (`RunEvent`), from its start until it ended: each model
+        step with the usage the model reported, each tool call started and finished, its
+        progress, each wait (a person's approval, a timer, its tools) and its output.
+        Pushed by the database, like `watch`; WaitTimeout past ``timeout`` seconds."""
+        store = await self._store()
+        waiters = await self._waiting()
+        async for event in follow_run(store, waiters, job_id, check_timeout(timeout)):
+            yield event
 
     async def summary(self) -> dict[str, int]:
         """Counts of jobs by state and of journal events by kind, plus duplicate commits."""

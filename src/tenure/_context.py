@@ -375,8 +375,7 @@ class Context:
             tool, dict(payload or {}), key, priority, delay, None, self.tenant or None
         )
         self.ensure_owned()
-        started = time.monotonic()
-        return await checkpoints.start(full, replace(child, parent_id=self.job_id), started)
+        return await checkpoints.start(full, replace(child, parent_id=self.job_id))
 
     def enqueue_sync(
         self,

@@ -150,3 +150,28 @@ class Waiters:
                         await subscription.woken.wait()
         finally:
             self._unsubscribe(subscription)
+
+    async def wakeups(self, job_ids: Iterable[int], timeout: float | None) -> AsyncIterator[None]:
+        """Yield at once, then each time a notification names one of the jobs (or, without
+        one, every interval), until the caller stops; WaitTimeout past ``timeout`` seconds.
+        For a caller that reads more than a job's status each time (`App.watch_run`)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        subscription = self._subscribe(job_ids)
+        self._listener.start()
+        try:
+            while True:
+                subscription.woken.clear()
+                yield
+                wait = self._interval()
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise WaitTimeout(
+                            f"job {min(subscription.ids)} still runs after {timeout:g} s"
+                        )
+                    wait = min(wait, left)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await subscription.woken.wait()
+        finally:
+            self._unsubscribe(subscription)

@@ -76,7 +76,37 @@ def build_app(dsn: str | None = None) -> App:
         (done,) = await ctx.wait_for(child)
         return [done.state, done.result, ctx.worker]
 
+    @tool()
+    async def lookup(ctx: Context, city: str) -> str:
+        """What the weather is (a tool the agent calls: a child job of its run)."""
+        return f"sunny in {city}"
+
+    add_weather_agent(app)
     return app
+
+
+def add_weather_agent(app: App) -> None:
+    """``agent:weather``: a durable pydantic-ai agent (an offline model) that calls ``lookup``
+    once, then says what it returned."""
+    from pydantic_ai import Agent
+    from pydantic_ai import messages as msg
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from tenure.integrations.pydantic_ai import TenureDurability, TenureToolset
+
+    def model(messages: list[msg.ModelMessage], info: AgentInfo) -> msg.ModelResponse:
+        returned = [p for m in messages for p in m.parts if isinstance(p, msg.ToolReturnPart)]
+        if returned:
+            return msg.ModelResponse(parts=[msg.TextPart(f"It is {returned[0].content}.")])
+        return msg.ModelResponse(parts=[msg.ToolCallPart("lookup", {"city": "Paris"})])
+
+    durability = TenureDurability[None](app, lease=2, heartbeat=0.3, jitter=0.5)
+    Agent(
+        FunctionModel(model),
+        name="weather",
+        toolsets=[TenureToolset(app, tools=["lookup"])],
+        capabilities=[durability],
+    )
 
 
 app = build_app()

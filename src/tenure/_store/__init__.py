@@ -43,6 +43,7 @@ from ._lease import LeaseConnection
 from ._listener import Listener
 from ._rows import (
     AppliedMigration,
+    ChildRow,
     ClaimedJob,
     EventQuery,
     Extension,
@@ -86,6 +87,7 @@ __all__ = [
     "MIGRATIONS_PACKAGE",
     "QUERIES",
     "AppliedMigration",
+    "ChildRow",
     "ClaimedJob",
     "EventQuery",
     "Extension",

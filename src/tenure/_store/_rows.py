@@ -151,6 +151,20 @@ class StepRow(TypedDict):
     recorded_at: datetime
 
 
+class ChildRow(TypedDict):
+    """A job a run started (ctx.enqueue), as a watcher sees it: never its payload or result."""
+
+    id: int
+    tool: str
+    state: JobState
+    attempt: int
+    token: int
+    owner: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    code: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class JournalRow:
     """One event for the journal writer's batch. ``observed_at`` is when it was seen (this
@@ -427,6 +441,7 @@ class JobWaitpoint(TypedDict):
     request: Any
     created_at: datetime
     closed_at: datetime | None
+    kind: str  # answer, sleep or children (0017)
     seconds_left: float
 
 

@@ -12,7 +12,7 @@ from .._job import Job
 from ._base import StoreBase
 from ._connection import FINISH_TIMEOUT, rows_of, typed_errors
 from ._jobs import enqueued
-from ._rows import NewJob, NewStep, StepRow
+from ._rows import ChildRow, NewJob, NewStep, StepRow
 
 StepVerdict = Literal["recorded", "replayed", "refused"]
 
@@ -64,6 +64,10 @@ class StepStatements(StoreBase):
     async def job_step_rows(self, job_id: int, limit: int) -> list[StepRow]:
         rows = await self._fetch("job_step_rows", {"job_id": job_id, "limit": limit})
         return cast(list[StepRow], rows)
+
+    async def job_children(self, job_id: int, limit: int) -> list[ChildRow]:
+        rows = await self._fetch("job_children", {"job_id": job_id, "limit": limit})
+        return cast(list[ChildRow], rows)
 
 
 def _step_params(owner: str, step: NewStep) -> dict[str, Any]:

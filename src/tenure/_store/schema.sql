@@ -583,6 +583,7 @@ CREATE FUNCTION tenure_child_ended() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     w record;
 BEGIN
+    PERFORM pg_notify('tenure_progress', NEW.parent_id::text);  -- the parent's watchers look
     FOR w IN
         UPDATE tenure_waitpoints p
         SET waiting_on = array_remove(p.waiting_on, NEW.id)

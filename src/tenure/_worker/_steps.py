@@ -123,7 +123,7 @@ class Checkpoints:
             return True, recorded[name]
         return False, None
 
-    async def start(self, name: str, child: NewJob, seconds: float) -> int:
+    async def start(self, name: str, child: NewJob) -> int:
         """Queue a child job and record the step that started it (one fenced transaction):
         the child's id. LeaseLost when the job is no longer this attempt's."""
         step = NewStep(
@@ -131,7 +131,7 @@ class Checkpoints:
             token=self.token,
             name=name,
             result_json="null",
-            duration_ms=max(0, round(seconds * 1000)),
+            duration_ms=0,  # a start takes one statement; the child's own row says the rest
             kind="start",
             detail={"tool": child.tool},
         )

@@ -5,6 +5,7 @@ and outside a worker the agent runs as a plain agent."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,7 +21,7 @@ from tests.integration.durable.conftest import rows, running, until_waiting
 from tests.support.waiting import wait_until_async
 
 import tenure
-from tenure import App
+from tenure import App, RunEvent
 from tenure.integrations.pydantic_ai import TenureDurability, run_context
 
 pytest.importorskip("pydantic_ai")
@@ -130,3 +131,35 @@ async def test_a_second_agent_under_the_same_name_is_refused(
     producer, _ = app
     with pytest.raises(tenure.PolicyError, match="already registered"):
         Agent(FunctionModel(model), name="shop", capabilities=[TenureDurability(producer)])
+
+
+async def test_watching_a_run_tells_its_steps_waits_tools_and_output(
+    app: tuple[App, TenureDurability[None]],
+) -> None:
+    producer, durability = app
+    events: list[RunEvent] = []
+    async with running(producer):
+        job = await durability.start("refund order o-42", key="ticket-2")
+
+        async def watch() -> None:
+            async for event in producer.watch_run(job.id, timeout=60):
+                events.append(event)
+                if event.kind == "waiting":
+                    approvals = {call: True for call in ASKED["calls"]}
+                    await producer.complete_waitpoint(ASKED["token"], {"approvals": approvals})
+
+        await asyncio.wait_for(watch(), 60)
+    kinds = [(e.kind, e.step) for e in events]
+    assert kinds == [
+        ("model_step", "model.1"),
+        ("step", "ask.deferred_tool_calls.1"),  # the token handed to the person, once
+        ("waiting", None),
+        ("tool_finished", "tool.1.0"),
+        ("model_step", "model.2"),
+        ("output", None),
+    ]
+    first = events[0].detail
+    assert first["input_tokens"] > 0 and first["output_tokens"] > 0 and "model" in first
+    assert events[2].detail["kind"] == "answer"  # a person's approval
+    assert events[3].detail["tool"] == "refund"
+    assert events[-1].detail == {"output": {"order": "o-42", "approved": True}}

@@ -18,7 +18,7 @@ from tests.integration.store.helpers import new_job
 from tests.support.waiting import wait_until_async
 
 import tenure
-from tenure import App, Context
+from tenure import App, Context, RunEvent
 from tenure._maintenance._rescuer import RescuerConfig
 from tenure._payload import fingerprint
 from tenure._store import Finish, NewJob, OpenWaitpoint, Store
@@ -285,3 +285,28 @@ async def test_bad_waits_are_refused_before_anything_is_written(app: App) -> Non
         await ctx.wait_for()
     with pytest.raises(tenure.PolicyError):
         await ctx.wait_for("7")  # type: ignore[arg-type]
+
+
+async def test_watching_a_parent_tells_its_childrens_start_and_end_and_its_wait(
+    app: App,
+) -> None:
+    GATE["slow"] = asyncio.Event()
+    events: list[RunEvent] = []
+    async with running(app, concurrency=2):
+        job = await app.enqueue("parent", {"names": ["fast", "slow"]})
+        async for event in app.watch_run(job.id, timeout=60):
+            events.append(event)
+            if event.kind == "waiting":
+                GATE["slow"].set()
+    children = sorted({e.job_id for e in events if e.kind.startswith("tool_")})
+    assert len(children) == 2 and job.id not in children
+    for child in children:
+        told = [e.kind for e in events if e.job_id == child]
+        assert told == ["tool_started", "tool_finished"]
+    finished = [e.detail for e in events if e.kind == "tool_finished"]
+    assert {(d["tool"], d["state"]) for d in finished} == {("child", "succeeded")}
+    waiting = [e for e in events if e.kind == "waiting"]
+    assert waiting and waiting[0].detail["kind"] == "children"
+    assert events[0] == RunEvent("step", job.id, "plan", events[0].detail, events[0].at)
+    assert events[-1].kind == "output"
+    assert events[-1].detail == {"output": [["succeeded", "fast done"], ["succeeded", "slow done"]]}

@@ -34,11 +34,15 @@ WITH owned AS (
            jsonb_build_object('step', %(name)s::text, 'kind', %(kind)s::text), NULL,
            %(duration_ms)s, o.payload_hmac
     FROM owned o, recorded r
+), notified AS (
+    -- Whoever watches the run (App.watch_run) looks again.
+    SELECT tenure_notify('tenure_progress', array_agg(r.job_id::text)) AS n FROM recorded r
 )
 SELECT (SELECT count(*) FROM owned) AS owned,
        (SELECT count(*) FROM recorded) AS recorded,
        (SELECT s.result FROM tenure_steps s WHERE s.job_id = %(id)s AND s.name = %(name)s)
            AS first
+FROM notified
 
 -- name: job_step_rows
 -- A job's steps for whoever watches it (the run page, App.steps): what each was, when, how
@@ -70,3 +74,13 @@ SELECT id, tool, state, idempotency_key, attempt, max_attempts, token, owner, le
        result
 FROM tenure_jobs
 WHERE id = ANY(%(ids)s::bigint[]) AND parent_id = %(parent)s
+
+-- name: job_children
+-- The jobs a run started (ctx.enqueue), oldest first: what a watcher and the run page show
+-- of them (never a payload or result).
+SELECT id, tool, state, attempt, token, owner, created_at, finished_at,
+       error ->> 'code' AS code
+FROM tenure_jobs
+WHERE parent_id = %(job_id)s
+ORDER BY id
+LIMIT %(limit)s

@@ -220,7 +220,7 @@ SELECT m.id FROM notified, moved m
 
 -- name: job_waitpoints
 -- A job's waitpoints for an operator: name, state, deadline, what it asked (the tool's words).
-SELECT name, state, on_timeout, deadline, request, created_at, closed_at,
+SELECT name, state, on_timeout, deadline, request, created_at, closed_at, kind,
        extract(epoch FROM deadline - clock_timestamp())::float8 AS seconds_left
 FROM tenure_waitpoints
 WHERE job_id = %(job_id)s
