@@ -212,8 +212,9 @@ class JobStatements(StoreBase):
         return None if not rows else float(rows[0]["seconds"])
 
     async def finish_many(self, owner: str, outcomes: Sequence[Finish]) -> dict[int, bool]:
-        """Fenced commit of many outcomes in one statement: job id → accepted."""
-        rows = await self._fetch(
+        """Fenced commit of many outcomes in one statement: job id → accepted. A database
+        error is raised as its StoreError (the completer acts on its verdict)."""
+        rows = await self._fetch_typed(
             "finish_many",
             {
                 "owner": owner,
@@ -242,7 +243,8 @@ class JobStatements(StoreBase):
         detail: dict[str, Any] | None = None,
         duration_ms: int | None = None,
     ) -> None:
-        await self._fetch(
+        """Journal one event (the completer's rejected results); errors as StoreErrors."""
+        await self._fetch_typed(
             "record_event",
             {
                 "kind": kind,

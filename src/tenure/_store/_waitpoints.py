@@ -26,10 +26,11 @@ class WaitpointStatements(StoreBase):
         return str(rows[0]["value"]).encode()
 
     async def suspend(self, owner: str, finish: Finish) -> bool:
-        """The fenced commit of a call that suspends; False: the lease was lost."""
+        """The fenced commit of a call that suspends; False: the lease was lost. A database
+        error is raised as its StoreError (the completer acts on its verdict)."""
         wp = finish.waitpoint
         assert wp is not None
-        rows = await self._fetch(
+        rows = await self._fetch_typed(
             "suspend_job",
             {
                 "id": finish.job_id,
