@@ -94,9 +94,16 @@ def known_migrations() -> dict[int, str]:
 
 
 def migrate(dsn: str) -> list[int]:
-    """Apply tenure's pending migrations; safe to run twice and concurrently."""
+    """Apply tenure's pending migrations; safe to run twice and concurrently. A role that
+    may not create tables gets a ConfigError saying who may, unless nothing is pending."""
     with psycopg.connect(check_dsn(dsn), autocommit=True, **CONNECT_OPTIONS) as conn:
-        return apply_migrations(conn, MIGRATIONS_PACKAGE, MIGRATIONS_TABLE, MIGRATION_LOCK)
+        try:
+            return apply_migrations(conn, MIGRATIONS_PACKAGE, MIGRATIONS_TABLE, MIGRATION_LOCK)
+        except psycopg.errors.InsufficientPrivilege:
+            raise ConfigError(
+                "this database role may not migrate tenure's schema (permission denied): run "
+                "`tenure migrate` as the schema's owner (docs: operations/roles.md)"
+            ) from None
 
 
 def from_row(cls: type[T], row: dict[str, Any]) -> T:

@@ -309,13 +309,15 @@ class JobStatements(StoreBase):
         return [Job.from_row(row) for row in rows]
 
     async def cancel(self, job_id: int) -> Job | None:
-        """Cancel a queued or running job; None when it had already ended."""
-        rows = await self._fetch("cancel_job", {"id": job_id})
+        """Cancel a queued or running job; None when it had already ended. Database errors
+        as StoreErrors (a read-only role's: PermissionDenied)."""
+        rows = await self._fetch_typed("cancel_job", {"id": job_id})
         return Job.from_row(rows[0]) if rows else None
 
     async def retry(self, job_id: int) -> Job | None:
-        """Queue a failed or cancelled job again; None when it was not in such a state."""
-        rows = await self._fetch("retry_job", {"id": job_id})
+        """Queue a failed or cancelled job again; None when it was not in such a state.
+        Database errors as StoreErrors (a read-only role's: PermissionDenied)."""
+        rows = await self._fetch_typed("retry_job", {"id": job_id})
         return Job.from_row(rows[0]) if rows else None
 
     async def summary(self) -> dict[str, int]:
