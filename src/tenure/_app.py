@@ -682,8 +682,9 @@ class App:
     async def complete_waitpoint(self, token: str, answer: Any = None) -> Job:
         """Answer the waitpoint whose token a suspended call handed out: the answer (any
         JSON) reaches the tool, which is called again. Accepted once, while the waitpoint
-        is open and its job waits there: a second, late or unknown answer raises Conflict
-        and writes nothing. Returns the job as the answer left it: queued again."""
+        is open, its deadline (the database's clock) not passed and its job waits there:
+        a second, late or unknown answer raises Conflict and writes nothing. Returns the
+        job as the answer left it: queued again."""
         if not isinstance(token, str) or not 1 <= len(token) <= 200:
             raise Conflict("no open waitpoint has this token")
         store = await self._store()
@@ -693,7 +694,9 @@ class App:
         return job
 
     async def retry(self, job_id: int) -> Job:
-        """Queue a failed or cancelled job again with one more attempt."""
+        """Queue a failed or cancelled job again with one more attempt. The tool is called
+        from the top with the answers it had; a waitpoint that closed unanswered (timed
+        out, or cancelled with its job) is asked again."""
         store = await self._store()
         retried = await store.retry(job_id)
         if retried is None:

@@ -137,8 +137,10 @@ class Context:
         """This call's waitpoint ``name``: pending (hand ``wp.token`` out, then
         `suspend`), or, when the call was resumed, ``answered`` (``wp.answer``) or
         ``timed_out``. The token is the same on every attempt. ``timeout`` (seconds,
-        1 s to a year) is how long it may stay open; then the job is resumed with
-        ``wp.timed_out`` (``on_timeout="resume"``) or fails (``"fail"``)."""
+        1 s to a year) is how long it may stay open (an answer after it is refused);
+        then the job is resumed with ``wp.timed_out`` (``on_timeout="resume"``) or
+        fails (``"fail"``). After a retry (`App.retry`), a waitpoint that closed
+        without an answer is pending again, and suspending opens it again."""
         if self._waitpoint_secret is None:
             raise ConfigError("this context has no waitpoint secret (not run by a worker)")
         return make_waitpoint(

@@ -11,7 +11,14 @@ across attempts and suspensions), so asking twice never notifies twice.
 The token is derived, not drawn: HMAC-SHA256 of the job and the waitpoint's
 name under a secret the database keeps (migration 0008). A call retried before
 it managed to suspend hands out the very same token, and only its SHA-256 is
-stored, so the table cannot be used to answer anything.
+stored, so the table cannot be used to answer anything. The secret itself is
+shown only to roles that may change jobs (migration 0014): reading every table
+is not enough to make a token.
+
+A retry (`App.retry`) of a job whose waitpoint closed without an answer (timed
+out, or cancelled while it waited) asks it again: the waitpoint is pending, and
+the suspension opens it again under the same token with a fresh deadline. An
+answer stays an answer across retries.
 """
 
 from __future__ import annotations

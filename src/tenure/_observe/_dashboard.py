@@ -34,7 +34,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from .._errors import ConfigError, InvalidSearch, JobNotFound, PayloadError
+from .._errors import (
+    ConfigError,
+    InvalidSearch,
+    JobNotFound,
+    PayloadError,
+    PermissionDenied,
+    StoreError,
+)
 from .._payload import MAX_PAYLOAD_BYTES
 from .._search import page_of
 from .._store import Store
@@ -500,6 +507,20 @@ async def answer_waitpoint(request: Request) -> Response:
     return JSONResponse({"job": job.id, "state": job.state})
 
 
+async def _store_refused(request: Request, exc: Exception) -> Response:
+    """A statement the database refused or never answered: a status that says which, never
+    a 500 with a traceback. Under a role that may only read (docs: operations/roles.md),
+    cancel, retry and the waitpoint webhook are 403: nothing was written."""
+    if isinstance(exc, PermissionDenied):
+        return JSONResponse(
+            {"error": "this dashboard's database role may only read: nothing was changed"},
+            status_code=403,
+        )
+    if isinstance(exc, StoreError) and exc.verdict != "fail":
+        return JSONResponse({"error": "the database did not answer; try again"}, status_code=503)
+    return JSONResponse({"error": f"the database refused: {exc}"}, status_code=500)
+
+
 def _safe_next(value: str) -> str:
     """Only same-site paths after login (never an open redirect).
 
@@ -604,6 +625,7 @@ def create_dashboard(
             Middleware(_Guard),
         ],
         lifespan=store_lifespan(dsn, DASHBOARD_CONNECTIONS),
+        exception_handlers={StoreError: _store_refused},
     )
     app.router.redirect_slashes = False  # no URL of ours ends in "/", so none to redirect to
     app.state.sessions = _Sessions(access_token)

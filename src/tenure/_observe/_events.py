@@ -123,7 +123,8 @@ _SPECS = (
         "commit_uncertain",
         "completer (log)",
         "-",
-        "a fenced commit got no answer; it is retried while the lease may hold",
+        "a fenced commit got no answer (an uncertain verdict); it is retried while the "
+        "lease may hold",
     ),
     EventSpec(
         "commit_answered",
@@ -133,11 +134,19 @@ _SPECS = (
         "carried (jobs) and how long it took, pool wait included (duration)",
     ),
     EventSpec(
-        "commit_unstorable",
+        "commit_retried",
         "completer (log)",
         "-",
-        "the database could not store an outcome (error class): it is committed instead as "
-        "a bad_result failure, for that job alone",
+        "a fenced commit was rolled back (a retry verdict: a deadlock, a lock or statement "
+        "timeout; error, sqlstate); it is sent again while the lease may hold",
+    ),
+    EventSpec(
+        "commit_refused",
+        "completer (log)",
+        "-",
+        "the database refused an outcome and sending it again cannot help (a fail verdict: "
+        "a constraint, a value it cannot store, a privilege; error, sqlstate): it is "
+        "committed instead as a failure (code bad_result or commit_refused), for that job alone",
     ),
     EventSpec(
         "result_rejected",

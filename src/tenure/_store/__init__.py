@@ -2,6 +2,7 @@
 
 Module map (data flows top to bottom):
 
+    _errors       every database error as a tenure error with a verdict: one table (RULES)
     _connection   libpq options, the pool, deadlines, the named statements (queries/*.sql)
     _rows         typed parameters in, frozen rows out
     _base         StoreBase: one pool, one way to run a named statement
@@ -38,6 +39,7 @@ from ._connection import (
     migrate,
     prepared_statements,
 )
+from ._errors import RULES, store_error
 from ._lease import LeaseConnection
 from ._listener import Listener
 from ._rows import (
@@ -82,6 +84,7 @@ __all__ = [
     "MAX_RECONNECT_DELAY",
     "MIGRATIONS_PACKAGE",
     "QUERIES",
+    "RULES",
     "AppliedMigration",
     "ClaimedJob",
     "EventQuery",
@@ -125,4 +128,5 @@ __all__ = [
     "known_migrations",
     "migrate",
     "prepared_statements",
+    "store_error",
 ]

@@ -212,8 +212,9 @@ class JobStatements(StoreBase):
         return None if not rows else float(rows[0]["seconds"])
 
     async def finish_many(self, owner: str, outcomes: Sequence[Finish]) -> dict[int, bool]:
-        """Fenced commit of many outcomes in one statement: job id → accepted."""
-        rows = await self._fetch(
+        """Fenced commit of many outcomes in one statement: job id → accepted. A database
+        error is raised as its StoreError (the completer acts on its verdict)."""
+        rows = await self._fetch_typed(
             "finish_many",
             {
                 "owner": owner,
@@ -242,7 +243,8 @@ class JobStatements(StoreBase):
         detail: dict[str, Any] | None = None,
         duration_ms: int | None = None,
     ) -> None:
-        await self._fetch(
+        """Journal one event (the completer's rejected results); errors as StoreErrors."""
+        await self._fetch_typed(
             "record_event",
             {
                 "kind": kind,
@@ -307,13 +309,15 @@ class JobStatements(StoreBase):
         return [Job.from_row(row) for row in rows]
 
     async def cancel(self, job_id: int) -> Job | None:
-        """Cancel a queued or running job; None when it had already ended."""
-        rows = await self._fetch("cancel_job", {"id": job_id})
+        """Cancel a queued or running job; None when it had already ended. Database errors
+        as StoreErrors (a read-only role's: PermissionDenied)."""
+        rows = await self._fetch_typed("cancel_job", {"id": job_id})
         return Job.from_row(rows[0]) if rows else None
 
     async def retry(self, job_id: int) -> Job | None:
-        """Queue a failed or cancelled job again; None when it was not in such a state."""
-        rows = await self._fetch("retry_job", {"id": job_id})
+        """Queue a failed or cancelled job again; None when it was not in such a state.
+        Database errors as StoreErrors (a read-only role's: PermissionDenied)."""
+        rows = await self._fetch_typed("retry_job", {"id": job_id})
         return Job.from_row(rows[0]) if rows else None
 
     async def summary(self) -> dict[str, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from .._errors import ConfigError
 from .._job import Job
 from ._base import StoreBase
 from ._connection import (
@@ -21,15 +22,23 @@ class WaitpointStatements(StoreBase):
     # -- waitpoints ----------------------------------------------------------------
 
     async def waitpoint_secret(self) -> bytes:
-        """The key waitpoint tokens are derived with (made by migration 0008)."""
+        """The key waitpoint tokens are derived with (made by migration 0008). Only a role
+        that may change jobs reads it (migration 0014): ConfigError for one that may not."""
         rows = await self._fetch("waitpoint_secret", {})
+        if not rows:
+            raise ConfigError(
+                "this database role cannot read tenure's waitpoint key: tenure_secrets shows "
+                "it only to roles with UPDATE on tenure_jobs (workers, producers, the MCP "
+                "server); grant them as docs/operations/roles.md says"
+            )
         return str(rows[0]["value"]).encode()
 
     async def suspend(self, owner: str, finish: Finish) -> bool:
-        """The fenced commit of a call that suspends; False: the lease was lost."""
+        """The fenced commit of a call that suspends; False: the lease was lost. A database
+        error is raised as its StoreError (the completer acts on its verdict)."""
         wp = finish.waitpoint
         assert wp is not None
-        rows = await self._fetch(
+        rows = await self._fetch_typed(
             "suspend_job",
             {
                 "id": finish.job_id,
@@ -49,8 +58,9 @@ class WaitpointStatements(StoreBase):
     async def complete_waitpoint(self, token_hash: str, answer_json: str) -> Job | None:
         """Answer an open waitpoint (compare-and-set); its job as the answer left it (queued
         again), or None when no open waitpoint has this token (unknown, answered, timed
-        out or cancelled)."""
-        rows = await self._fetch(
+        out or cancelled). Database errors as StoreErrors (a read-only role's:
+        PermissionDenied)."""
+        rows = await self._fetch_typed(
             "complete_waitpoint", {"token_hash": token_hash, "answer": answer_json}
         )
         return Job.from_row(rows[0]) if rows else None

@@ -1,11 +1,11 @@
 -- tenure's schema as it stands after every migration, in one file, for reading.
 --
--- As of migration: 0013_explorer
+-- As of migration: 0014_secret_readers
 --
 -- Nothing applies this file: `tenure migrate` runs migrations/*.sql in order, and that is
 -- the only way tenure's tables are made. This file is what those migrations add up to,
 -- written out once in dependency order with a short note on why each thing is there (the
--- migration that made it, 0001-0013, says more). Statements that migrations later replaced
+-- migration that made it, 0001-0014, says more). Statements that migrations later replaced
 -- are shown only in their current form: tenure_admit (0004, replaced in 0005), the claim
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
 -- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
@@ -556,14 +556,21 @@ CREATE TABLE tenure_waitpoints (
 -- The rescuer finds expired waitpoints from here; answering goes by token_hash.
 CREATE INDEX tenure_waitpoints_deadline ON tenure_waitpoints (deadline) WHERE state = 'open';
 
--- Secrets this database keeps for tenure: the key waitpoint tokens are derived with, drawn
--- once by migration 0008 from PostgreSQL's strong random source.
+-- Secrets this database keeps for tenure: the key waitpoint tokens (and MCP task ids) are
+-- derived with, drawn once by migration 0008 from PostgreSQL's strong random source.
 CREATE TABLE tenure_secrets (
     name  text PRIMARY KEY,
     value text NOT NULL
 );
 INSERT INTO tenure_secrets (name, value)
 VALUES ('waitpoint', replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''));
+
+-- (0014) Only a role that may change jobs (UPDATE on tenure_jobs) sees the key: one that
+-- can only read, even every table, sees no row, so reading cannot mint a token. Row-level
+-- security; the owner, superusers and BYPASSRLS roles are not subject to it.
+ALTER TABLE tenure_secrets ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenure_secrets_writers ON tenure_secrets FOR SELECT
+    USING (has_table_privilege('tenure_jobs'::regclass, 'UPDATE'));
 
 
 -- == Workers =================================================================================

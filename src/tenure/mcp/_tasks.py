@@ -7,7 +7,8 @@ Everything that depends on the tasks protocol is here, under one revision
 module, not of the server.
 
 A task is a job. Its id is ``<job id>.<MAC>``: HMAC-SHA256, under the secret
-the database keeps for waitpoint tokens (migration 0008), of the job and the
+the database keeps for waitpoint tokens (migration 0008; shown only to roles
+that may change jobs, migration 0014, as the server's must), of the job and the
 caller's tenant (`_caller`), so it is unguessable, the same on every
 connection of a principal and after a server restart, and it needs no table.
 A task id presented by another caller (another tenant) does not verify: "not

@@ -314,10 +314,15 @@ WITH cancelled AS (
 SELECT c.* FROM notified, cancelled c
 
 -- name: retry_job
+-- The call runs again from the top with the answers it had; a waitpoint that found no answer
+-- (timed out) is forgotten, so the call asks again and suspend_job opens it again (as it
+-- does one that timed out failing, or was cancelled with its job).
 WITH retried AS (
     UPDATE tenure_jobs
     SET state = 'queued', run_after = clock_timestamp(), finished_at = NULL, prune_after = NULL,
-        max_attempts = GREATEST(max_attempts, attempt + 1), updated_at = clock_timestamp()
+        max_attempts = GREATEST(max_attempts, attempt + 1), updated_at = clock_timestamp(),
+        waitpoints = (SELECT jsonb_object_agg(e.key, e.value) FROM jsonb_each(waitpoints) e
+                      WHERE NOT coalesce((e.value ->> 'timed_out')::boolean, false))
     WHERE id = %(id)s AND state IN ('failed', 'cancelled')
     RETURNING *
 ), journal AS (

@@ -8,6 +8,11 @@ SELECT value FROM tenure_secrets WHERE name = 'waitpoint'
 -- predicate as any commit, the job leaves the lease (state waiting: no heartbeat, no slot)
 -- and its waitpoint opens, in one statement. Zero rows: the lease was lost; nothing opens.
 -- The attempt stays counted while it waits; the answer refunds it (waiting is no failure).
+-- A waitpoint of this name that closed without an answer on an earlier attempt (timed out,
+-- or cancelled with its job), asked again by a retry, opens again: same name and token, a
+-- fresh deadline. One that is open or answered cannot open twice: the insert then breaks
+-- UNIQUE (job_id, name), the whole statement is refused, and the completer fails the job
+-- (a constraint is never an uncertain commit).
 -- Watchers (App.watch, on tenure_progress) are told: the state changed.
 WITH suspended AS (
     UPDATE tenure_jobs j
@@ -23,38 +28,57 @@ WITH suspended AS (
       AND j.lease_until > clock_timestamp()
     RETURNING j.id, j.tool, j.token, j.attempt, j.payload_hmac,
               (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000)::bigint AS ran_ms
+), reopened AS (
+    UPDATE tenure_waitpoints w
+    SET state = 'open', token_hash = %(token_hash)s, token = s.token,
+        on_timeout = %(on_timeout)s,
+        deadline = clock_timestamp() + %(timeout_ms)s * interval '1 millisecond',
+        request = %(request)s::jsonb, answer = NULL, created_at = clock_timestamp(),
+        closed_at = NULL
+    FROM suspended s
+    WHERE w.job_id = s.id AND w.name = %(name)s AND w.state IN ('timed_out', 'cancelled')
+    RETURNING w.id
 ), opened AS (
     INSERT INTO tenure_waitpoints (job_id, name, token_hash, token, on_timeout, deadline,
                                    request)
     SELECT s.id, %(name)s, %(token_hash)s, s.token, %(on_timeout)s,
            clock_timestamp() + %(timeout_ms)s * interval '1 millisecond', %(request)s::jsonb
     FROM suspended s
+    WHERE NOT EXISTS (SELECT 1 FROM tenure_waitpoints w
+                      WHERE w.job_id = s.id AND w.name = %(name)s
+                        AND w.state IN ('timed_out', 'cancelled'))
     RETURNING id
 ), journal AS (
-    -- detail: the waitpoint's name and deadline, never what it asks.
+    -- detail: the waitpoint's name and deadline (and whether it opened again), never what
+    -- it asks.
     INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
                                duration_ms, payload_hmac)
     SELECT 'suspended', s.id, s.token, s.attempt, %(owner)s, s.tool,
            jsonb_build_object('waitpoint', %(name)s::text, 'timeout_ms', %(timeout_ms)s::bigint,
-                              'on_timeout', %(on_timeout)s::text),
+                              'on_timeout', %(on_timeout)s::text)
+           || CASE WHEN EXISTS (SELECT 1 FROM reopened) THEN '{"reopened": true}'::jsonb
+                   ELSE '{}'::jsonb END,
            NULL, s.ran_ms, s.payload_hmac
     FROM suspended s
 ), notified AS (
     SELECT tenure_notify('tenure_progress', array_agg(s.id::text)) AS n FROM suspended s
 )
-SELECT s.id, (SELECT count(*) FROM opened) AS opened FROM notified, suspended s
+SELECT s.id, (SELECT count(*) FROM opened) + (SELECT count(*) FROM reopened) AS opened
+FROM notified, suspended s
 
 -- name: complete_waitpoint
--- Compare-and-set: the waitpoint must be open and its job still waiting under the token it
--- suspended with. The answer lands on the job (waitpoints.<name>) and the job is queued again,
--- keeping its place in line; the requeue trigger wakes the workers. A second or late answer
--- matches zero rows and writes nothing.
+-- Compare-and-set: the waitpoint must be open, its deadline not yet passed on the database's
+-- clock, and its job still waiting under the token it suspended with. The answer lands on the
+-- job (waitpoints.<name>) and the job is queued again, keeping its place in line; the requeue
+-- trigger wakes the workers. A second answer, or one at or past the deadline (whether or not
+-- the rescuer has swept it yet), matches zero rows and writes nothing.
 WITH answered AS (
     UPDATE tenure_waitpoints w
     SET state = 'answered', answer = %(answer)s::jsonb, closed_at = clock_timestamp()
     FROM tenure_jobs j
     WHERE w.token_hash = %(token_hash)s
       AND w.state = 'open'
+      AND w.deadline > clock_timestamp()
       AND j.id = w.job_id
       AND j.state = 'waiting'
       AND j.token = w.token
