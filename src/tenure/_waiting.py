@@ -6,6 +6,8 @@ and the heartbeat thread's progress writes notify, in their own transaction, on
 reads the rows, then sleeps until a notification names one of them: subscribing
 first means a notification that lands between the read and the sleep still wakes
 it. Every answer comes from the row read afterwards, never from the notification.
+Progress wakes only those who follow it (`App.watch`): a plain wait sleeps through
+a chatty tool's reports and reads its row again only when the job ends.
 
 Polling is the fallback, not the mechanism: when the listener's probe shows that
 notifications do not arrive (a pooler in transaction mode), waiters read their
@@ -44,12 +46,14 @@ def check_timeout(timeout: float | None) -> float | None:
 
 
 class Subscription:
-    """The job ids one waiter follows, and the event that says "look again"."""
+    """The job ids one waiter follows, whether it follows their progress too, and the
+    event that says "look again"."""
 
-    __slots__ = ("ids", "woken")
+    __slots__ = ("ids", "progress", "woken")
 
-    def __init__(self, ids: frozenset[int]) -> None:
+    def __init__(self, ids: frozenset[int], progress: bool) -> None:
         self.ids = ids
+        self.progress = progress
         self.woken = asyncio.Event()
 
 
@@ -82,18 +86,22 @@ class Waiters:
         return max(self._poll, SAFETY_POLL) if self.pushed else self._poll
 
     def _notified(self, channel: str, payload: str) -> None:
+        """Wake the subscriptions of the jobs named: an ending wakes all of them, progress
+        only those that follow progress (a plain wait reads nothing until its job ends)."""
+        everyone = channel != "tenure_progress"
         for part in payload.split(","):
             if part.isdigit():
                 for subscription in self._by_job.get(int(part), ()):
-                    subscription.woken.set()
+                    if everyone or subscription.progress:
+                        subscription.woken.set()
 
     def _wake_all(self) -> None:
         for subscriptions in self._by_job.values():
             for subscription in subscriptions:
                 subscription.woken.set()
 
-    def _subscribe(self, ids: Iterable[int]) -> Subscription:
-        subscription = Subscription(frozenset(ids))
+    def _subscribe(self, ids: Iterable[int], progress: bool) -> Subscription:
+        subscription = Subscription(frozenset(ids), progress)
         for job_id in subscription.ids:
             self._by_job[job_id].add(subscription)
         return subscription
@@ -116,7 +124,7 @@ class Waiters:
         deadline = None if timeout is None else time.monotonic() + timeout
         pending = set(job_ids)
         seen: dict[int, tuple[str, object]] = {}
-        subscription = self._subscribe(pending)
+        subscription = self._subscribe(pending, progress)
         self._listener.start()
         try:
             while pending:
