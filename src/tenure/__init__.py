@@ -10,6 +10,7 @@ from ._context import Context
 from ._errors import (
     ConfigError,
     Conflict,
+    ConnectionLost,
     IdempotencyConflict,
     InvalidSearch,
     JobAlreadyEnded,
@@ -54,6 +55,7 @@ __all__ = [
     "App",
     "ConfigError",
     "Conflict",
+    "ConnectionLost",
     "Context",
     "Enqueued",
     "IdempotencyConflict",

@@ -12,6 +12,7 @@
     ├── IdempotencyConflict    the same idempotency key with a different tool or payload
     ├── QuotaExceeded          the tenant already has its quota of queued jobs
     ├── WaitTimeout            wait() ran out of time; the job goes on
+    ├── ConnectionLost         the database went away mid-statement (a restart, a cut link)
     ├── JobFailed              wait() on a job that ended failed
     ├── RunFailed              wait_run() on a run that ended failed or cancelled
     ├── Conflict               a verdict/transition from a stage that no longer owns the run
@@ -95,6 +96,13 @@ class QuotaExceeded(TenureError):
 
 class WaitTimeout(TenureError):
     """wait() gave up; the job itself is not affected."""
+
+
+class ConnectionLost(TenureError):
+    """The connection to the database broke before the statement answered: the server
+    restarted or shut down, the network cut the link, or no connection could be had.
+    A read may simply be tried again (`App.wait` and `App.watch` do, for a while); for a
+    write, whether it happened is unknown until the row is read."""
 
 
 class JobFailed(TenureError):

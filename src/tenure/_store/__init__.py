@@ -42,6 +42,7 @@ from ._lease import LeaseConnection
 from ._listener import Listener
 from ._rows import (
     AppliedMigration,
+    Cancellation,
     ClaimedJob,
     EventQuery,
     Extension,
@@ -67,6 +68,7 @@ from ._rows import (
     RunSummary,
     ServerInfo,
     StageRow,
+    StopCheck,
     TableIndex,
     Transition,
     WaitingSummary,
@@ -83,6 +85,7 @@ __all__ = [
     "MIGRATIONS_PACKAGE",
     "QUERIES",
     "AppliedMigration",
+    "Cancellation",
     "ClaimedJob",
     "EventQuery",
     "Extension",
@@ -112,6 +115,7 @@ __all__ = [
     "RunningSummary",
     "ServerInfo",
     "StageRow",
+    "StopCheck",
     "Store",
     "TableIndex",
     "Transition",
