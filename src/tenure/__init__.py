@@ -10,6 +10,7 @@ from ._context import Context
 from ._errors import (
     ConfigError,
     Conflict,
+    ConnectionLost,
     IdempotencyConflict,
     InvalidSearch,
     JobAlreadyEnded,
@@ -55,6 +56,7 @@ __all__ = [
     "App",
     "ConfigError",
     "Conflict",
+    "ConnectionLost",
     "Context",
     "Enqueued",
     "IdempotencyConflict",

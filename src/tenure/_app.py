@@ -16,7 +16,17 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Literal,
+    ParamSpec,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
 import psycopg
 
@@ -68,7 +78,7 @@ from ._store import (
     WorkerInfo,
     migrate,
 )
-from ._waiting import Waiters, check_timeout
+from ._waiting import Deadline, Waiters, reread
 from ._waitpoint import answer_json, token_hash
 
 if TYPE_CHECKING:
@@ -667,17 +677,40 @@ class App:
         first 1,000 entries)."""
         return await (await self._store()).job_timeline(job_id)
 
-    async def cancel(self, job_id: int) -> Job:
-        """Cancel a queued or running job and return it. A running call is told at once
-        (the cancel notifies its worker in the same transaction): an async tool gets
-        CancelledError, a threaded one sees ``ctx.cancelled``. JobAlreadyEnded (a Conflict)
-        if it had already ended: nothing changed, and the error carries the job."""
+    async def cancel(
+        self,
+        job_id: int,
+        *,
+        until: Literal["cancelled", "stopped"] = "cancelled",
+        timeout: float | None = None,
+    ) -> Job:
+        """Cancel a queued, running or waiting job and return it. A running call is told at
+        once (the cancel notifies its worker in the same transaction, and a worker whose
+        LISTEN connection was away reads its calls again when it is back): an async tool
+        gets CancelledError, a threaded one sees ``ctx.cancelled``, and ``ctx.ensure_owned()``
+        raises JobCancelled. JobAlreadyEnded (a Conflict) if it had already ended: nothing
+        changed, and the error carries the job.
+
+        With ``until="cancelled"`` (the default) it returns once the job is cancelled in
+        the database; the call may still be finishing a step (a few milliseconds with its
+        worker connected). With ``until="stopped"`` it returns only once the call is over:
+        its worker reported that the tool's task ended (or its thread returned), or the
+        lease the call held when it was cancelled ran out on the database's clock (by
+        then the worker's own deadline had passed, so ``ensure_owned()`` refuses every
+        step). ``timeout`` bounds that wait (WaitTimeout; the job stays cancelled).
+        """
+        if until not in ("cancelled", "stopped"):
+            raise PolicyError(f'until must be "cancelled" or "stopped", got {until!r}')
+        deadline = Deadline.after(timeout)
         store = await self._store()
         cancelled = await store.cancel(job_id)
-        if cancelled is not None:
-            return cancelled
-        job = await store.get_job(job_id)
-        raise JobAlreadyEnded(f"job {job_id} already ended {job.state}; nothing changed", job)
+        if cancelled is None:
+            job = await store.get_job(job_id)
+            raise JobAlreadyEnded(f"job {job_id} already ended {job.state}; nothing changed", job)
+        if until == "stopped" and cancelled.held_until is not None:
+            waiters = await self._waiting()
+            await waiters.until_stopped(cancelled.job, cancelled.held_until, deadline)
+        return cancelled.job
 
     async def complete_waitpoint(self, token: str, answer: Any = None) -> Job:
         """Answer the waitpoint whose token a suspended call handed out: the answer (any
@@ -745,10 +778,14 @@ class App:
         it may run is bounded by its tool's time limit and attempts, not by the waiter;
         give a timeout to bound how long it may also sit in the queue (WaitTimeout).
         """
-        job = await self.get(job_id, key=key, tenant=tenant)
-        async for _ in (await self._waiting()).follow([job.id], check_timeout(timeout)):
+        deadline = Deadline.after(timeout)
+        store = await self._store()
+        job = await reread(functools.partial(self.get, job_id, key=key, tenant=tenant), deadline)
+        async for _ in (await self._waiting()).follow([job.id], deadline):
             pass
-        return self._outcome(await (await self._store()).get_job(job.id), result_type)
+        return self._outcome(
+            await reread(functools.partial(store.get_job, job.id), deadline), result_type
+        )
 
     @staticmethod
     def _outcome(job: Job, result_type: Any = None) -> Any:
@@ -764,10 +801,11 @@ class App:
     ) -> AsyncIterator[Job]:
         """Each job, as it ends (succeeded, failed or cancelled), in the order they end;
         WaitTimeout if some have not ended within ``timeout`` seconds."""
+        deadline = Deadline.after(timeout)
         store = await self._store()
         ids = list(dict.fromkeys(job_ids))
-        async for status in (await self._waiting()).follow(ids, check_timeout(timeout)):
-            yield await store.get_job(status.id)
+        async for status in (await self._waiting()).follow(ids, deadline):
+            yield await reread(functools.partial(store.get_job, status.id), deadline)
 
     async def wait_many(self, job_ids: Sequence[int], *, timeout: float | None = None) -> list[Job]:
         """Every job once all have ended, in the order given (look at each one's state,
@@ -785,12 +823,13 @@ class App:
     ) -> AsyncIterator[Job]:
         """The job now, then again each time its state or progress changes (pushed by the
         database), ending with the job in its final state."""
+        deadline = Deadline.after(timeout)
         store = await self._store()
-        job = await self.get(job_id, key=key, tenant=tenant)
-        follow = (await self._waiting()).follow([job.id], check_timeout(timeout), progress=True)
+        job = await reread(functools.partial(self.get, job_id, key=key, tenant=tenant), deadline)
+        follow = (await self._waiting()).follow([job.id], deadline, progress=True)
         last: tuple[str, Any] | None = None
         async for _ in follow:
-            now = await store.get_job(job.id)
+            now = await reread(functools.partial(store.get_job, job.id), deadline)
             if (now.state, now.progress) != last:  # the row may be ahead of the status read
                 last = (now.state, now.progress)
                 yield now

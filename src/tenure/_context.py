@@ -178,14 +178,10 @@ def progress_json(done: float, total: float | None, message: str | None) -> str:
     for name, value in (("done", done), ("total", total)):
         if value is None and name == "total":
             continue
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise PayloadError(f"progress {name} must be a finite number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
+            raise PayloadError(f"progress {name} must be a finite number, got {_shown(value)}")
         if value < 0:
-            raise PayloadError(f"progress {name} must not be negative, got {value!r}")
+            raise PayloadError(f"progress {name} must not be negative, got {_shown(value)}")
     if message is not None:
         if not isinstance(message, str):
             raise PayloadError(f"progress message must be text, got {type(message).__name__}")
@@ -196,3 +192,21 @@ def progress_json(done: float, total: float | None, message: str | None) -> str:
             )
         message = message.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
     return json.dumps({"done": done, "total": total, "message": message}, allow_nan=False)
+
+
+def _finite(value: float) -> bool:
+    """Whether ``value`` is a number a float can hold: an int past the float range
+    (10**400) is refused like infinity, instead of raising OverflowError."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _shown(value: object) -> str:
+    """A bad value for an error message: a huge int by its size (its repr would be
+    thousands of digits, or raise ValueError past Python's conversion limit)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

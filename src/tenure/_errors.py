@@ -25,6 +25,7 @@
     ├── StoreError             a statement the database refused or never answered; ``verdict``
     │   │                      says what to do: retry, fail or uncertain (the store's table)
     │   ├── DatabaseUnavailable  no answer: the connection broke or the server went away
+    │   │   └── ConnectionLost   the link broke before a read answered (waiters retry it)
     │   ├── DatabaseBusy         rolled back by contention or limits; may pass if sent again
     │   ├── ConstraintViolation  a unique, check or foreign-key constraint refused the row
     │   ├── DataRejected         a value the database cannot store (class 22, a size limit)
@@ -233,6 +234,13 @@ class DatabaseUnavailable(StoreError):
     """No answer: the connection broke, timed out or the server shut down mid-statement."""
 
     verdict: ErrorVerdict = "uncertain"
+
+
+class ConnectionLost(DatabaseUnavailable):
+    """The connection to the database broke before the statement answered: the server
+    restarted or shut down, the network cut the link, or no connection could be had.
+    A read may simply be tried again (`App.wait` and `App.watch` do, for a while); for a
+    write, whether it happened is unknown until the row is read."""
 
 
 class DatabaseBusy(StoreError):

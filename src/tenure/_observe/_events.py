@@ -88,7 +88,8 @@ _SPECS = (
         "cancel_observed",
         "heartbeat thread (log)",
         "-",
-        "the owner learned of an operator's cancel; the cancel itself is journaled as cancelled",
+        "the owner learned of an operator's cancel (via notify, recheck when its LISTEN "
+        "connection came back, or heartbeat); the cancel itself is journaled as cancelled",
     ),
     EventSpec(
         "tool_request_started",
@@ -109,6 +110,14 @@ _SPECS = (
         "worker (log)",
         "-",
         "the call was stopped without a commit (lease lost, cancelled): reason, duration",
+    ),
+    EventSpec(
+        "call_stopped",
+        "worker",
+        "record_stop",
+        "a cancelled call has stopped: its task ended or its thread returned (what "
+        'cancel(until="stopped") waits for). duration_ms: how long it ran after its owner '
+        "learned of the cancel",
     ),
     EventSpec(
         "result_discarded",

@@ -44,6 +44,7 @@ from ._lease import LeaseConnection
 from ._listener import Listener
 from ._rows import (
     AppliedMigration,
+    Cancellation,
     ClaimedJob,
     EventQuery,
     Extension,
@@ -69,6 +70,7 @@ from ._rows import (
     RunSummary,
     ServerInfo,
     StageRow,
+    StopCheck,
     TableIndex,
     Transition,
     WaitingSummary,
@@ -86,6 +88,7 @@ __all__ = [
     "QUERIES",
     "RULES",
     "AppliedMigration",
+    "Cancellation",
     "ClaimedJob",
     "EventQuery",
     "Extension",
@@ -115,6 +118,7 @@ __all__ = [
     "RunningSummary",
     "ServerInfo",
     "StageRow",
+    "StopCheck",
     "Store",
     "TableIndex",
     "Transition",

@@ -28,7 +28,7 @@ from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 
 from .._dsn import check_dsn as check_dsn
-from .._errors import ConfigError, QuotaExceeded
+from .._errors import ConfigError, ConnectionLost, QuotaExceeded
 from ._errors import store_error
 from ._migrate import discover
 from ._migrate import migrate as apply_migrations
@@ -134,6 +134,37 @@ def typed_errors(*, every: bool = False) -> Iterator[None]:
             raise error from None
         if every and error is not None:
             raise error from exc
+        raise
+
+
+# The server going away under a session: admin_shutdown, crash_shutdown, cannot_connect_now
+# (class 57P), besides every connection exception (class 08).
+GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection broke rather than that the statement failed:
+    libpq lost the link or could not make one (no SQLSTATE: the socket closed, the
+    connect failed, the pool had no connection to give), a connection exception, or
+    the server shutting down or still starting."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in GONE_SQLSTATES
+
+
+@contextlib.contextmanager
+def lost_connection() -> Iterator[None]:
+    """A broken connection, as the tenure error callers catch (`ConnectionLost`); any
+    other database error goes on as it is. Around reads that a caller may simply repeat
+    (what a waiter reads)."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        if connection_lost(exc):
+            raise ConnectionLost(
+                f"the database connection was lost before it answered ({type(exc).__name__})"
+            ) from exc
         raise
 
 

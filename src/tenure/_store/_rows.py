@@ -10,6 +10,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 from psycopg.types.json import Jsonb
 
+from .._job import Job
 from .._states import (
     EndState,
     FinishState,
@@ -148,6 +149,29 @@ class JobStatus:
     attempt: int
     progress: dict[str, Any] | None
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Cancellation:
+    """A job as its cancel left it, and ``held_until``: the lease its call held when it was
+    cancelled (None if it was not running). The owner's conservative local deadline ends
+    before that moment on the database's clock, so past it the owner starts nothing more."""
+
+    job: Job
+    held_until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class StopCheck:
+    """Whether a cancelled call is known to have stopped (its owner said so, or refused its
+    commit), and how many seconds its held lease had left when asked (negative: over)."""
+
+    stopped: bool
+    lease_left: float
+
+    @property
+    def settled(self) -> bool:
+        return self.stopped or self.lease_left <= 0
 
 
 @dataclass(frozen=True, slots=True)
