@@ -35,7 +35,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from .._errors import ConfigError, InvalidSearch, JobNotFound, PayloadError
-from .._payload import MAX_PAYLOAD_BYTES
+from .._payload import MAX_PAYLOAD_BYTES, decode
 from .._search import page_of
 from .._store import Store
 from .._waitpoint import answer_json, token_hash
@@ -490,10 +490,9 @@ async def answer_waitpoint(request: Request) -> Response:
         if len(body) > MAX_PAYLOAD_BYTES:
             return JSONResponse({"error": "the answer is too large"}, status_code=413)
     try:
-        answer = json.loads(body or b"null")
-        text = answer_json(answer)
-    except (ValueError, PayloadError):
-        return JSONResponse({"error": "the answer must be JSON"}, status_code=400)
+        text = answer_json(decode(body, "the answer"))
+    except PayloadError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
     job = await _store(request).complete_waitpoint(token_hash(token), text)
     if job is None:
         return JSONResponse({"error": "no open waitpoint has this token"}, status_code=409)
