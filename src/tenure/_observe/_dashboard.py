@@ -8,10 +8,10 @@ loopback address (`check_bind` refuses anything else). With one, every page
 asks for it once (a signed, HttpOnly, SameSite=Strict session cookie follows,
 valid until logout or twelve hours), /metrics and the JSON endpoints also take
 ``Authorization: Bearer <token>``, and cancel/retry are enabled — each form
-carries a CSRF token bound to the session, and a cross-origin ``Origin`` is
-refused as well. Either way every request must name this server in its Host
-header (`HostCheck`): DNS rebinding cannot turn a visited page into a reader of
-a loopback dashboard.
+carries a CSRF token bound to the session. Either way every request must name
+this server in its Host header (`HostCheck`): DNS rebinding cannot turn a
+visited page into a reader of a loopback dashboard; and a request a browser
+sends from another origin is refused on every bind (`OriginCheck`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from . import _explorer, _pages, _picture, _queues_page, _workers_page
 from ._http import (
     HostCheck,
     MetricsState,
+    OriginCheck,
     ServerThread,
     allowed_names,
     is_loopback,
@@ -189,15 +190,6 @@ async def _fields(request: Request, max_bytes: int, max_fields: int) -> dict[str
         return parse_qs(body.decode("latin-1"), max_num_fields=max_fields)
     except ValueError:  # too many fields
         return {}
-
-
-def _same_origin(request: Request) -> bool:
-    """A browser's Origin (when sent) must be this server; other origins are CSRF attempts."""
-    origin = request.headers.get("origin")
-    if origin is None or origin == "null":
-        return origin is None
-    _, scheme_ends, authority = origin.partition("://")
-    return bool(scheme_ends) and authority == request.headers.get("host", "")
 
 
 class _Guard(BaseHTTPMiddleware):
@@ -395,8 +387,8 @@ NOTICES = {
 
 
 def _refused(request: Request, form: dict[str, str]) -> Response | None:
-    """Why an action may not run (403), or None: it needs an access token, a session, the
-    session's CSRF token in the form and a same-origin request."""
+    """Why an action may not run (403), or None: it needs an access token, a session and
+    the session's CSRF token in the form (a cross-origin request never gets this far)."""
     sessions: _Sessions = request.app.state.sessions
     if sessions.token is None:
         return JSONResponse(
@@ -405,7 +397,7 @@ def _refused(request: Request, form: dict[str, str]) -> Response | None:
         )
     expected = sessions.csrf(sessions.session(request))
     given = form.get("csrf", "")
-    if expected is None or not _same(given, expected) or not _same_origin(request):
+    if expected is None or not _same(given, expected):
         return JSONResponse({"error": "CSRF check failed"}, status_code=403)
     return None
 
@@ -520,7 +512,7 @@ async def login(request: Request) -> Response:
     token = form.get("token", "")
     if sessions.token is None:
         return RedirectResponse(next_url, status_code=303)
-    if not _same_origin(request) or not sessions.is_token(token):
+    if not sessions.is_token(token):
         await asyncio.sleep(0.5)  # a wrong guess costs time
         body = _pages.login_page(next_url, failed=True)
         page = _pages.page("sign in", body, poll="", interval=0, csrf=None)
@@ -544,7 +536,7 @@ async def logout(request: Request) -> Response:
     if sid is not None:
         form = await _form(request)
         expected = sessions.csrf(sid) or ""
-        if not _same(form.get("csrf", ""), expected) or not _same_origin(request):
+        if not _same(form.get("csrf", ""), expected):
             return JSONResponse({"error": "CSRF check failed"}, status_code=403)
         sessions.revoke(sid)
     response = RedirectResponse("/login", status_code=303)
@@ -600,6 +592,7 @@ def create_dashboard(
         ],
         middleware=[
             Middleware(HostCheck, allowed_hosts=allowed_hosts, headers=SECURITY_HEADERS),
+            Middleware(OriginCheck, headers=SECURITY_HEADERS),
             Middleware(_Guard),
         ],
         lifespan=store_lifespan(dsn, DASHBOARD_CONNECTIONS),
