@@ -159,6 +159,7 @@ def test_a_foreign_origin_is_refused_on_every_bind(app: App, bind: str, token: s
     served = ServerThread(http_app(app, token=token, host=bind), bind, 0)
     url = served.start()
     port = urlsplit(url).port
+    assert port is not None
     base = url if bind != "0.0.0.0" else f"http://127.0.0.1:{port}"
     auth = {} if token is None else {"Authorization": f"Bearer {token}"}
     try:
