@@ -67,7 +67,8 @@ MAX_WAITPOINT_TOKEN = 200
 DASHBOARD_CONNECTIONS = 4
 RUNNING_LIMIT = 200
 EVENTS_LIMIT = 40
-RUNS_LIMIT = 10
+RUNS_LIMIT = 10  # on the overview
+RUNS_PAGE = 100  # on /pipelines
 CHART_WINDOW = 15 * 60.0
 CHART_BUCKET = 30.0
 CHART_CAP = 100_000
@@ -248,6 +249,40 @@ async def _overview_fragments(request: Request) -> dict[str, str]:
         "charts": await request.app.state.charts.render(store),
         "pipelines": _pages.pipelines_table(await store.pipeline_runs(RUNS_LIMIT)),
     }
+
+
+async def _pipelines_fragments(request: Request) -> dict[str, str]:
+    return {"pipelines": _pages.pipelines_table(await _store(request).pipeline_runs(RUNS_PAGE))}
+
+
+async def pipelines_page(request: Request) -> Response:
+    """Every pipeline run (the newest RUNS_PAGE), one table row each; graphs on run pages."""
+    body = _pages.pipelines_body((await _pipelines_fragments(request))["pipelines"])
+    return _html(request, "pipelines", body, "/api/pipelines")
+
+
+async def pipelines_api(request: Request) -> Response:
+    return JSONResponse(await _pipelines_fragments(request))
+
+
+async def run_page(request: Request) -> Response:
+    """One run: its graph, each stage box a link to its job."""
+    run_id = request.path_params["run_id"]
+    run = await _store(request).pipeline_run(run_id)
+    if run is None:
+        return HTMLResponse(
+            _pages.page("not found", f"<p>No run {run_id}.</p>", poll="", interval=0, csrf=None),
+            status_code=404,
+        )
+    body = _pages.pipeline_run_body(run, _pages.pipeline_run(run))
+    return _html(request, f"run {run_id}", body, f"/api/pipelines/{run_id}")
+
+
+async def run_api(request: Request) -> Response:
+    run = await _store(request).pipeline_run(request.path_params["run_id"])
+    if run is None:
+        return JSONResponse({"error": "no such run"}, status_code=404)
+    return JSONResponse({"run": _pages.pipeline_run(run), "run-state": _pages.h(run["state"])})
 
 
 async def _job_fragments(request: Request, job_id: int) -> dict[str, str]:
@@ -581,6 +616,10 @@ def create_dashboard(
             Route("/api/workers", workers_api),
             Route("/queues", queues_page),
             Route("/api/queues", queues_api),
+            Route("/pipelines", pipelines_page),
+            Route("/api/pipelines", pipelines_api),
+            Route("/pipelines/{run_id:int}", run_page),
+            Route("/api/pipelines/{run_id:int}", run_api),
             Route("/jobs/{job_id:int}", job_page),
             Route("/api/jobs/{job_id:int}", job_api),
             Route("/jobs/{job_id:int}/{action}", job_action, methods=["POST"]),
