@@ -139,7 +139,6 @@ class _Demo:
         self.env = child_environment(dsn, TENURE_DEMO_RECEIVER=receiver.url)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.started = time.monotonic()
-        self.staged: list[str] = []  # the moments that happened as staged, by name
         self.extra_jobs = 0  # the staged moments' own jobs
         self.extra_effects = 0  # and how many of them apply a side effect
         from ._demo_app import app
@@ -298,7 +297,6 @@ class _Demo:
         if self.poll(
             "the stale owner to stop", lambda: self.journaled(old, "heartbeat_lost"), 15, True
         ):
-            self.staged.append("stale owner")
             self.say(f"{old.owner} found its lease lost and stopped the call: nothing written")
 
     def stale_request(self) -> None:
@@ -321,7 +319,6 @@ class _Demo:
         if self.poll(
             "the stale request", lambda: self.receiver.decided("stale", old.token), 15, True
         ):
-            self.staged.append("stale request")
             self.say(
                 f"its request arrived with token {old.token} < {new.token}: the case service "
                 "refused it (409, stale fence); the payment was captured once"
@@ -340,12 +337,16 @@ class _Demo:
             quiet=True,
         ):
             return
-        self.say("the new owner's request was replayed by the case service, and it committed")
+        new = self.ops.get_sync(old.id)
+        if self.receiver.decided("replayed", new.token):
+            self.say(
+                f"{new.owner}'s request was replayed by the case service (the stale owner's "
+                "had been applied), and it committed"
+            )
         self.resume(old)
         if self.poll(
             "the stale commit", lambda: self.journaled(old, "result_rejected"), 15, quiet=True
         ):
-            self.staged.append("stale commit")
             self.say(
                 f"its commit under token {old.token} matched zero rows: rejected, not published"
             )
