@@ -835,7 +835,10 @@ class App:
                 yield now
 
     async def summary(self) -> dict[str, int]:
-        """Counts of jobs by state and of journal events by kind, plus duplicate commits."""
+        """Counts of jobs by state (``jobs_<state>``), of journal events by kind
+        (``events_<kind>``) and of the owners they name (``owners_<kind>``: distinct job
+        and token pairs), plus claims that took a lease over (``reclaims``) and duplicate
+        commits."""
         return await (await self._store()).summary()
 
     # -- what an operator reads: never a payload, result or error message -------

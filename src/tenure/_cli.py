@@ -886,22 +886,29 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     demo = commands.add_parser("demo", help="run the fault-injection demo on the embedded server")
-    demo.add_argument("--jobs", type=integer(1, 1000), default=24)
-    demo.add_argument("--workers", type=integer(2, 16), default=3)
     demo.add_argument(
+        "--jobs",
+        type=integer(1, 1000),
+        help="tool calls (default 24; not with --pipeline or --agent)",
+    )
+    demo.add_argument(
+        "--workers", type=integer(2, 16), default=3, help="worker processes (every variant)"
+    )
+    variant = demo.add_mutually_exclusive_group()
+    variant.add_argument(
         "--pipeline", action="store_true", help="the review pipeline under SIGKILL instead"
     )
-    demo.add_argument(
-        "--runs", type=integer(1, 200), default=6, help="pipeline runs (with --pipeline)"
+    variant.add_argument(
+        "--agent", action="store_true", help="a pydantic-ai agent's tool call under SIGKILL instead"
     )
     demo.add_argument(
-        "--agent", action="store_true", help="a pydantic-ai agent's tool call under SIGKILL instead"
+        "--runs", type=integer(1, 200), help="pipeline runs (default 6; only with --pipeline)"
     )
     demo.add_argument(
         "--linger",
         type=number(0, DAY),
         default=0.0,
-        help="keep the dashboard up this long after the report",
+        help="keep the dashboard up this long after the report (every variant)",
     )
     return parser
 
@@ -933,13 +940,9 @@ def _run(args: argparse.Namespace) -> int:
         _check_chaos(args)
         return chaos_command(args)
     if args.command == "demo":
-        from ._demo import run_agent_demo, run_demo, run_pipeline_demo
+        from ._demo import demo_command
 
-        if args.agent:
-            return run_agent_demo(workers=args.workers, dsn=args.dsn)
-        if args.pipeline:
-            return run_pipeline_demo(runs=args.runs, workers=args.workers, dsn=args.dsn)
-        return run_demo(jobs=args.jobs, workers=args.workers, linger=args.linger, dsn=args.dsn)
+        return demo_command(args)
     if args.command == "migrate":
         app = App(args.dsn, migrate=False)
         try:

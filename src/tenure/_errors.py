@@ -90,8 +90,8 @@ class JobNotFound(TenureError):
 
 class InvalidSearch(TenureError):
     """A job search that cannot be run as asked: an unknown state, a cursor this search did
-    not hand out, a reversed time range, a filter longer than any stored value can be.
-    Nothing was read."""
+    not hand out, a reversed time range, a filter longer than any stored value can be or
+    holding text no stored value can (a NUL). Nothing was read."""
 
 
 class RunNotFound(TenureError):

@@ -46,7 +46,7 @@ class Waitpoint:
     """One named wait of one job, as the tool sees it.
 
     ``token`` is the capability that answers it (hand it to whoever answers:
-    `App.complete_waitpoint`, or the dashboard's ``POST /api/waitpoints/{token}``).
+    `App.complete_waitpoint`, or the dashboard's open ``POST /waitpoints/{token}``).
     ``state`` is ``pending`` until it was answered (``answer`` holds the answer)
     or its deadline passed (``timed_out``) and the job was called again.
     """

@@ -366,6 +366,7 @@ class JobStatements(StoreBase):
             summary["attempts"] = summary.get("attempts", 0) + int(row["attempts"] or 0)
         for row in await self._fetch("event_summary", {}):
             summary[f"events_{row['kind']}"] = row["n"]
+            summary[f"owners_{row['kind']}"] = row["owners"]
             if row["kind"] == "job_claimed":
                 summary["reclaims"] = row["reclaims"]
         summary["duplicate_commits"] = (await self._fetch("duplicate_commits", {}))[0]["n"]

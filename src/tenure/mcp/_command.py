@@ -10,6 +10,12 @@ import sys
 from .._app import App
 from ._serve import TOKEN_ENV, serve_http, serve_stdio
 
+NO_TOKEN = (
+    f"tenure mcp: warning: no access token ({TOKEN_ENV} unset): every account on this "
+    "machine can call every tool. Set it (16+ characters) to require "
+    "Authorization: Bearer <token>."
+)
+
 
 def run_mcp(app: App, args: argparse.Namespace) -> int:
     """Serve until the client leaves (stdio) or SIGINT/SIGTERM (HTTP).
@@ -33,6 +39,8 @@ async def _serve(app: App, args: argparse.Namespace, token: str | None) -> None:
     running = asyncio.create_task(worker.run(handle_signals=False)) if worker else None
     try:
         if args.http:
+            if token is None:
+                print(NO_TOKEN, file=sys.stderr, flush=True)
             await serve_http(
                 app,
                 args.host,

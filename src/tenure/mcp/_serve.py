@@ -2,9 +2,14 @@
 
 HTTP binds to loopback unless an access token is set (``TENURE_MCP_TOKEN``, at
 least 16 characters; then every request must carry ``Authorization: Bearer
-<token>``), exactly the dashboard's rule (`check_bind`). Every request must
-also name this server in its Host header (`HostCheck`), so DNS rebinding cannot
-turn a web page into a caller of a loopback server.
+<token>``), exactly the dashboard's rule (`check_bind`). Without a token every
+account on this machine can call every tool (`tenure mcp --http` says so when it
+starts). Every request must also name this server in its Host header
+(`HostCheck`), so DNS rebinding cannot turn a web page into a caller of a
+loopback server, and a browser's request from another origin is refused on any
+bind (`OriginCheck`). The SDK's own checks are turned off: it applies them only
+when bound to 127.0.0.1, localhost or ::1 (not 127.0.0.2, not a named bind), and
+its Host list would refuse the names given as ``allowed_hosts``.
 
 The token opens the door; it does not say who is calling, so it does not merge
 callers: each session keeps its own scope (see `_caller`). To give callers an
@@ -19,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 import uvicorn
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -26,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .._app import App
 from .._errors import ConfigError
 from .._observe._dashboard import WILDCARD_BINDS, _same, check_bind
-from .._observe._http import HostCheck, is_loopback, parse_host
+from .._observe._http import HostCheck, OriginCheck, is_loopback, parse_host
 from ._server import server
 
 TOKEN_ENV = "TENURE_MCP_TOKEN"  # noqa: S105 - the variable's name, not a secret
@@ -79,8 +85,11 @@ def http_app(
         host, token, allowed_hosts, what="the MCP server", env=TOKEN_ENV, exposes="call every tool"
     )
     named = not (host in WILDCARD_BINDS or is_loopback(host) or parse_host(host, None) is None)
-    inner = server(app).streamable_http_app(streamable_http_path=PATH, host=host)
-    guarded: ASGIApp = inner if token is None else _Bearer(inner, token)
+    ours = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # OriginCheck's
+    inner = server(app).streamable_http_app(
+        streamable_http_path=PATH, host=host, transport_security=ours
+    )
+    guarded: ASGIApp = OriginCheck(inner if token is None else _Bearer(inner, token))
     return HostCheck(guarded, allowed_hosts=[*allowed_hosts, *([host] if named else [])])
 
 

@@ -38,8 +38,8 @@ kept at least that long); a client's requested ``ttl`` is not honoured.
 
 Input. By default the MCP client is not asked: a waitpoint is answered by
 whoever the tool gave its token to (``wp.token``: the person or service that
-decides), with `App.complete_waitpoint` or the dashboard's ``POST
-/api/waitpoints/{token}``; the task then goes back to ``working``. The client
+decides), with `App.complete_waitpoint` or the dashboard's open ``POST
+/waitpoints/{token}`` (its token is its key); the task then goes back to ``working``. The client
 sees ``input_required`` and a message naming the waitpoint, never the token or
 the request. With ``server(app, answer_waitpoints=True)`` the revision's own
 way is used too: while the task's caller waits in ``tasks/result``, each open
@@ -258,7 +258,7 @@ class Tasks:
         return (
             f"waiting for input at waitpoint {wp['name']!r} ({wp['seconds_left']:.0f} s left); "
             "whoever holds its token answers it (App.complete_waitpoint, or the dashboard's "
-            "POST /api/waitpoints/{token})"
+            "POST /waitpoints/{token})"
         )
 
     # -- lookups -----------------------------------------------------------------------------

@@ -432,7 +432,10 @@ LISTEN tenure_progress
 SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- name: event_summary
+-- owners: the distinct (job, token) pairs, each one owner's attempt, however many rows
+-- it left (a stopped owner may journal heartbeat_lost twice: withheld, then ended).
 SELECT kind, count(*) AS n,
+       count(DISTINCT (job_id, token)) AS owners,
        count(*) FILTER (WHERE detail ? 'previous_token') AS reclaims
 FROM tenure_events GROUP BY kind
 

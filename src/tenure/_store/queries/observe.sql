@@ -186,7 +186,8 @@ SELECT to_regclass('tenure_runs') IS NOT NULL
 -- Recent pipeline runs with their stages in order (names, rounds, states, jobs and verdicts;
 -- never the run's input, context or result), and the structure of the run's graph for the
 -- dashboard's drawing: start stages, and each stage's name, next and on (never its tool's
--- arguments). Runs only once pipelines_exist said so.
+-- arguments). Runs only once pipelines_exist said so. The newest runs older than %(before)s
+-- (the largest bigint for the newest of all; run_id + 1 with limit 1 for one run).
 SELECT r.id AS run_id, r.pipeline, r.state, r.updated_at,
        coalesce(jsonb_agg(jsonb_build_object('stage', s.name, 'round', s.round,
                                              'state', s.state, 'job_id', s.job_id,
@@ -199,7 +200,7 @@ SELECT r.id AS run_id, r.pipeline, r.state, r.updated_at,
                                       WHEN 'array' THEN r.graph -> 'stages' END)
              WITH ORDINALITY AS e (g, n)) AS graph
 FROM (SELECT id, pipeline, state, updated_at, graph
-      FROM tenure_runs ORDER BY id DESC LIMIT %(limit)s) r
+      FROM tenure_runs WHERE id < %(before)s ORDER BY id DESC LIMIT %(limit)s) r
 LEFT JOIN tenure_run_stages s ON s.run_id = r.id AND s.kind = 'stage'
 GROUP BY r.id, r.pipeline, r.state, r.updated_at, r.graph
 ORDER BY r.id DESC

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from tests.system.adapters.mcp.sdk import needs_sdk
@@ -41,7 +42,10 @@ from tests.system.adapters.mcp.helpers import (
 )
 
 from tenure import App, ConfigError
+from tenure._observe._http import ServerThread
 from tenure.mcp import META_KEY, TASKS_REVISION, TOKEN_ENV, http_app, server
+from tenure.mcp._command import NO_TOKEN
+from tenure.mcp._serve import PATH
 
 APP = "tests.apps.mcp_app:app"
 TOKEN = "a-token-of-twenty-chars"
@@ -84,6 +88,7 @@ async def test_tenure_mcp_http_serves_both_eras_on_loopback(
     served: tuple[str, Path], worker: WorkerProcess, tenure_dsn: str
 ) -> None:
     url, err = served
+    assert NO_TOKEN in err.read_text()  # without a token every local account may call
     async with Client(url) as modern:  # probes server/discover: the stateless 2026 wire
         assert modern.protocol_version == "2026-07-28"
         result = await modern.call_tool("echo", {"text": "over http"})
@@ -129,6 +134,44 @@ async def test_with_a_token_every_request_must_carry_it(app: App, worker: Worker
     with serve(http_app(app)) as base:  # loopback without a token; Host must name us
         rebound = httpx.post(f"{base}/mcp", json={}, headers={"Host": "attacker.example"})
         assert rebound.status_code == 421
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "origin-test", "version": "1"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
+
+@pytest.mark.parametrize(
+    ("bind", "token"), [("127.0.0.1", None), ("127.0.0.2", None), ("0.0.0.0", TOKEN)]
+)
+def test_a_foreign_origin_is_refused_on_every_bind(app: App, bind: str, token: str | None) -> None:
+    """The SDK checks Origin only when bound to 127.0.0.1, localhost or ::1: on 127.0.0.2
+    a page elsewhere got 200. Every bind refuses it now; no Origin (an MCP client) and the
+    server's own origin pass."""
+    served = ServerThread(http_app(app, token=token, host=bind), bind, 0)
+    url = served.start()
+    port = urlsplit(url).port
+    assert port is not None
+    base = url if bind != "0.0.0.0" else f"http://127.0.0.1:{port}"
+    auth = {} if token is None else {"Authorization": f"Bearer {token}"}
+    try:
+        with httpx.Client(base_url=base, timeout=30, headers={**MCP_HEADERS, **auth}) as client:
+            assert client.post(PATH, json=INITIALIZE).status_code == 200
+            own = {"Origin": base}
+            assert client.post(PATH, json=INITIALIZE, headers=own).status_code == 200
+            for origin in ("https://evil.example", "null", f"http://localhost:{port + 1}"):
+                refused = client.post(PATH, json=INITIALIZE, headers={"Origin": origin})
+                assert refused.status_code == 403, (origin, refused.status_code, refused.text)
+    finally:
+        served.stop()
 
 
 class _Verifier:
