@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
 import threading
 import time
@@ -621,6 +622,30 @@ class App:
     def tool_schemas(self) -> list[dict[str, Any]]:
         """`tool_schema` of every registered tool, by name."""
         return [self.tools[name].contract.schema() for name in sorted(self.tools)]
+
+    def output_schema(self, tool: str | Callable[..., Any]) -> dict[str, Any] | None:
+        """The JSON Schema of the tool's result as an object (MCP's ``outputSchema``), or
+        None when its result is untyped; a result that is not an object is its property
+        ``result`` (see `structured_result`)."""
+        return self._spec_of(tool).contract.output_schema()
+
+    def structured_result(self, tool: str, result: Any) -> dict[str, Any] | None:
+        """A succeeded job's ``result`` as the object `output_schema` describes (an untyped
+        result: itself when it is an object, else None)."""
+        spec = self.tools.get(tool)
+        if spec is None:  # a job of a tool this app no longer has
+            return result if isinstance(result, dict) else None
+        return spec.contract.structured(result)
+
+    def coerce_arguments(self, tool: str, arguments: Any) -> dict[str, Any]:
+        """``arguments`` converted to what the tool's signature declares, leniently
+        (pydantic's lax mode: ``"2"`` for an ``int``, ``"true"`` for a ``bool``), for a
+        model whose trivial slip should not cost its retry. `enqueue` stays strict: pass
+        it the returned dict. PayloadError listing every problem that remains."""
+        spec = self._spec_of(tool)
+        text = spec.contract.validate(arguments, "arguments", self._max_payload, lax=True)
+        coerced: dict[str, Any] = json.loads(text)
+        return coerced
 
     # -- operations ------------------------------------------------------------
 
