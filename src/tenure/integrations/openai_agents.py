@@ -12,8 +12,10 @@ tool type) whose schemas are the tenure tools' signatures; each call is a job:
   in ``result.interruptions``; save ``result.to_state().to_string()``, and any process
   resumes it with `TenureTools.approve` and ``Runner.run(agent, state)``;
 - a failed job is the error string the SDK sends the model instead of a result,
-  worded from the job's error code and attempts only (never the tool's exception
-  text); arguments outside the signature get the list of problems the same way.
+  worded from the job's error code and attempts, plus the message of a failure the
+  tool classified itself (``PermanentError``, ...), as an MCP client gets it (never an
+  unclassified exception's text); arguments outside the signature get the list of
+  problems the same way.
 """
 
 from __future__ import annotations

@@ -14,8 +14,10 @@ each tool call becomes a job:
   most, then the run ends with the call in `DeferredToolRequests` and any process
   resumes it later with `TenureToolset.results` (the job's result, when it ends);
 - a failed job becomes `ModelRetry` (calling again may help) or `ToolFailed` (a
-  permanent failure or a cancel), worded from the job's error code and attempts
-  only: the tool's exception text may hold private data and never reaches the model.
+  permanent failure or a cancel), worded from the job's error code and attempts, plus
+  the message of a failure the tool classified itself (``PermanentError``, ...), as
+  an MCP client gets it; an unclassified exception's text may hold private data and
+  never reaches the model.
   Arguments outside the tool's signature become `ModelRetry` listing the problems.
 """
 

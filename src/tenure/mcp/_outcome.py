@@ -34,13 +34,10 @@ from typing import Any
 
 from mcp_types import CallToolResult, TextContent
 
-from .._errors import PayloadError
+from .._errors import PayloadError, told_message
 from .._job import Job
 
 META_KEY = "tenure/job"
-MAX_TEXT = 2000  # characters of an error message shown to the caller
-# Failures the tool classified itself; their messages are the tool's words to its caller.
-CLASSIFIED = frozenset({"permanent", "retryable", "outcome_unknown"})
 
 
 def _result(
@@ -77,10 +74,10 @@ def job_result(job: Job, *, created: bool) -> CallToolResult:
     code = str(error.get("code", job.state)) if job.state == "failed" else "cancelled"
     detail: dict[str, Any] = {"code": code, "attempts": job.attempt}
     text = f"{job.tool} {job.state} ({code}) after {job.attempt} attempt(s)"
-    message = error.get("message")
-    if code in CLASSIFIED and isinstance(message, str) and message:
-        detail["message"] = message[:MAX_TEXT]
-        text += f": {detail['message']}"
+    message = told_message(error) if job.state == "failed" else None
+    if message is not None:
+        detail["message"] = message
+        text += f": {message}"
     return _result(text, error=True, structured={"error": detail}, meta=meta)
 
 
