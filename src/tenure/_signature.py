@@ -272,19 +272,23 @@ def _identifier(name: str) -> str:
 
 def result_adapter(tool: str, annotation: Any) -> TypeAdapter[Any]:
     """A TypeAdapter for a return annotation, refused now when it cannot become JSON."""
+    return json_adapter(f"tool {tool!r}: its return type", annotation)[0]
+
+
+def json_adapter(what: str, annotation: Any) -> tuple[TypeAdapter[Any], dict[str, Any]]:
+    """A TypeAdapter for ``annotation`` and its JSON Schema (serialized form); PolicyError
+    saying ``what`` cannot become JSON when it cannot."""
     try:
         adapter: TypeAdapter[Any] = TypeAdapter(annotation)
-        adapter.json_schema(mode="serialization")
+        schema = adapter.json_schema(mode="serialization")
     except (
         pydantic.PydanticUserError,
         pydantic.errors.PydanticSchemaGenerationError,
         pydantic.errors.PydanticInvalidForJsonSchema,
     ) as exc:
         first = str(exc).splitlines()[0]
-        raise PolicyError(
-            f"tool {tool!r}: its return type {annotation!r} cannot become JSON ({first})"
-        ) from None
-    return adapter
+        raise PolicyError(f"{what} {annotation!r} cannot become JSON ({first})") from None
+    return adapter, schema
 
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
