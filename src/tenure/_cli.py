@@ -71,6 +71,7 @@ NAME_MAX = 200  # worker names, events --worker
 HOST_MAX = 255
 TARGET_MAX = 300  # MODULE:APP
 DSN_MAX = 8192
+PATH_MAX = 4096  # a file path (tenure mcp --tokens)
 RETENTION = (60.0, 3650 * DAY)  # JournalPrunerConfig's range
 # Spaces between columns, a rule under the header: readable in a terminal and when pasted.
 TABLE: dict[str, Any] = {"box": box.SIMPLE_HEAD, "title_justify": "left"}
@@ -874,6 +875,27 @@ def _parser() -> argparse.ArgumentParser:
         type=text(HOST_MAX),
         metavar="NAME[:PORT]",
         help="with --http: also answer to this Host; repeatable",
+    )
+    mcp.add_argument(
+        "--principal",
+        type=text(64),
+        default=None,
+        metavar="NAME",
+        help="stdio: who is calling (the host starting this server); its keys, tasks and "
+        "quota outlive the process ($TENURE_MCP_PRINCIPAL)",
+    )
+    mcp.add_argument(
+        "--tokens",
+        type=text(PATH_MAX, printable=False),
+        default=None,
+        metavar="FILE",
+        help="with --http: NAME=TOKEN lines, each bearer token naming its principal "
+        "($TENURE_MCP_TOKENS holds the same entries)",
+    )
+    mcp.add_argument(
+        "--trust-trace-context",
+        action="store_true",
+        help="continue a client's trace (_meta traceparent) instead of linking it",
     )
     mcp.add_argument(
         "--worker", action="store_true", help="also run a worker in this process (one machine)"

@@ -26,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, TextContent
 from pydantic import AnyHttpUrl
 from tests.integration.fence.helpers import serve
 from tests.support.waiting import wait_until
@@ -34,14 +35,14 @@ from tests.system.adapters.mcp.helpers import (
     jobs,
     key,
     task_call,
-    task_call_raw,
+    task_call_plain,
     task_list,
     task_result,
     text_of,
 )
 
 from tenure import App, ConfigError
-from tenure.mcp import META_KEY, TASKS_REVISION, TOKEN_ENV, http_app, server
+from tenure.mcp import ANONYMOUS, META_KEY, TASKS_REVISION, TOKEN_ENV, http_app, server
 
 APP = "tests.apps.mcp_app:app"
 TOKEN = "a-token-of-twenty-chars"
@@ -87,7 +88,12 @@ async def test_tenure_mcp_http_serves_both_eras_on_loopback(
     async with Client(url) as modern:  # probes server/discover: the stateless 2026 wire
         assert modern.protocol_version == "2026-07-28"
         result = await modern.call_tool("echo", {"text": "over http"})
+        # Nobody could find a stateless request's job again: a key would run twice.
+        with pytest.raises(MCPError, match="needs a principal") as keyed:
+            await modern.call_tool("echo", {"text": "over http"}, meta=key("k"))
     assert text_of(result) == "over http", err.read_text()
+    assert job_of(result)["scope"] == "request"
+    assert keyed.value.error.code == INVALID_PARAMS
     # The 2025 handshake: a stateful session, the scope of its keys.
     async with Client(url, mode="legacy") as one, Client(url, mode="legacy") as two:
         first = await one.call_tool("echo", {"text": "a"}, meta=key("k"))
@@ -95,8 +101,10 @@ async def test_tenure_mcp_http_serves_both_eras_on_loopback(
         other = await two.call_tool("echo", {"text": "a"}, meta=key("k"))
     assert job_of(again) == {**job_of(first), "created": False}
     assert job_of(other)["created"] is True and job_of(other)["id"] != job_of(first)["id"]
-    tenants = [r["tenant"] for r in jobs(tenure_dsn, "echo")]
-    assert len(set(tenants)) == 3, tenants  # the stateless call, then one per session
+    assert job_of(first)["scope"] == job_of(other)["scope"] == "session"
+    rows = jobs(tenure_dsn, "echo")
+    assert {r["tenant"] for r in rows} == {ANONYMOUS}, rows  # one share for all of them
+    assert len({r["idempotency_key"].split(":")[1] for r in rows}) == 3, rows
 
 
 def test_a_bind_beyond_loopback_needs_a_token_like_the_dashboard(tenure_dsn: str) -> None:
@@ -205,6 +213,6 @@ async def test_a_stateless_caller_without_a_principal_gets_no_task_but_the_plain
     with serve(server(app).streamable_http_app(stateless_http=True)) as base:
         async with Client(f"{base}/mcp", mode="legacy") as client:
             assert client.protocol_version == TASKS_REVISION
-            raw = await task_call_raw(client, "echo", {"text": "now"})
-    assert "task" not in raw
-    assert raw["content"] == [{"type": "text", "text": "now"}]
+            result = await task_call_plain(client, "echo", {"text": "now"})
+    assert result.content == [TextContent(type="text", text="now")]
+    assert job_of(result)["scope"] == "request"

@@ -57,7 +57,7 @@ async def test_over_stdio_a_call_completes_with_its_progress(
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         seen.append(progress)
 
-    async with stdio(tenure_dsn, tmp_path / "mcp.err", APP) as client:
+    async with stdio(tenure_dsn, tmp_path / "mcp.err", APP, "--principal", "agent") as client:
         result = await client.call_tool(
             "count", {"steps": 3}, progress_callback=on_progress, meta=key("stdio-1")
         )
@@ -66,6 +66,7 @@ async def test_over_stdio_a_call_completes_with_its_progress(
     assert seen and seen == sorted(set(seen)) and seen[-1] == 3.0, seen
     [row] = jobs(tenure_dsn, "count")
     assert row["idempotency_key"] == "mcp:key:stdio-1" and row["state"] == "succeeded"
+    assert row["tenant"] == "mcp:principal:agent"
 
 
 async def test_a_worker_sigkilled_mid_call_is_replaced_and_the_client_gets_one_result_and_one_case(
