@@ -228,11 +228,9 @@ async def task_list(client: Client) -> ListTasksResult:
 # extension: this is one, on that public surface only.
 
 
-class ExtDetailed(Result):
-    """``tasks/get``'s answer: the task, its result once completed, its questions while
-    it waits for its caller."""
+class ExtTaskFields(Result):
+    """A task of the extension, as every one of its results carries it."""
 
-    result_type: str = "complete"
     task_id: str
     status: str
     status_message: str | None = None
@@ -240,15 +238,23 @@ class ExtDetailed(Result):
     last_updated_at: str
     ttl_ms: int | None = None
     poll_interval_ms: int | None = None
+
+
+class ExtTask(ExtTaskFields):
+    """The extension's ``CreateTaskResult`` (``resultType: "task"``; no ``inputRequests``:
+    the SDK reserves that name on a ``tools/call`` result)."""
+
+    result_type: Literal["task"] = "task"
+
+
+class ExtDetailed(ExtTaskFields):
+    """``tasks/get``'s answer: the task, its result once completed, its questions while
+    it waits for its caller."""
+
+    result_type: str = "complete"
     input_requests: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
-
-
-class ExtTask(ExtDetailed):
-    """The extension's ``CreateTaskResult`` (``resultType: "task"``)."""
-
-    result_type: Literal["task"] = "task"
 
 
 class ExtTaskParams(RequestParams):
