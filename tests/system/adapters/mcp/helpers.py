@@ -50,7 +50,7 @@ from psycopg.rows import dict_row
 from pydantic import TypeAdapter
 from tests.support.workers import REPO_ROOT
 
-from tenure.mcp import KEY_META
+from tenure.mcp import KEY_META, META_KEY
 
 Era = Literal["modern", "legacy"]
 ERAS: tuple[Era, ...] = ("modern", "legacy")
@@ -160,6 +160,23 @@ def key(value: object) -> RequestParamsMeta:
     """The request ``_meta`` that names the call's idempotency key (any value: the hostile
     tests send ones the server must refuse)."""
     return cast(RequestParamsMeta, {KEY_META: value})
+
+
+def job_of(result: Any) -> dict[str, Any]:
+    """A result's ``_meta["tenure/job"]``: the job, whether the call created it, its scope."""
+    assert result.meta is not None, result
+    job: dict[str, Any] = result.meta[META_KEY]
+    return job
+
+
+def text(path: Path) -> str:
+    """A marker file's text ('' until the tool wrote it)."""
+    return path.read_text() if path.exists() else ""
+
+
+def states(dsn: str, tool: str) -> list[str]:
+    """The states of ``tool``'s jobs, oldest first."""
+    return [str(r["state"]) for r in jobs(dsn, tool)]
 
 
 def text_of(result: CallToolResult) -> str:

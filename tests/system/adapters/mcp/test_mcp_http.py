@@ -12,7 +12,6 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.system.adapters.mcp.sdk import needs_sdk
@@ -32,6 +31,7 @@ from tests.integration.fence.helpers import serve
 from tests.support.waiting import wait_until
 from tests.support.workers import REPO_ROOT, WorkerProcess
 from tests.system.adapters.mcp.helpers import (
+    job_of,
     jobs,
     key,
     task_call,
@@ -42,7 +42,7 @@ from tests.system.adapters.mcp.helpers import (
 )
 
 from tenure import App, ConfigError
-from tenure.mcp import ANONYMOUS, META_KEY, TASKS_REVISION, TOKEN_ENV, http_app, server
+from tenure.mcp import ANONYMOUS, TASKS_REVISION, TOKEN_ENV, http_app, server
 
 APP = "tests.apps.mcp_app:app"
 TOKEN = "a-token-of-twenty-chars"
@@ -74,11 +74,6 @@ def served(tenure_dsn: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     finally:
         process.terminate()
         process.wait(timeout=10)
-
-
-def job_of(result: Any) -> dict[str, Any]:
-    job: dict[str, Any] = result.meta[META_KEY]
-    return job
 
 
 async def test_tenure_mcp_http_serves_both_eras_on_loopback(

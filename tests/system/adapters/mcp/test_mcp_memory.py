@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.system.adapters.mcp.sdk import needs_sdk
@@ -16,7 +15,7 @@ needs_sdk()  # before the SDK's imports below, hence E402
 import anyio
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolResult, CancelledNotification
+from mcp_types import INVALID_PARAMS, CancelledNotification
 from mcp_types import CancelledNotificationParams as Cancel
 from tests.support.waiting import wait_until_async
 from tests.support.workers import WorkerGroup, WorkerProcess
@@ -24,24 +23,16 @@ from tests.system.adapters.mcp.helpers import (
     ERAS,
     Era,
     in_flight,
+    job_of,
     jobs,
     key,
     memory_client,
+    text,
     text_of,
 )
 
 from tenure import App
-from tenure.mcp import ANONYMOUS, META_KEY, server
-
-
-def job_of(result: CallToolResult) -> dict[str, Any]:
-    assert result.meta is not None, result
-    job: dict[str, Any] = result.meta[META_KEY]
-    return job
-
-
-def text(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
+from tenure.mcp import ANONYMOUS, server
 
 
 async def test_the_tools_are_listed_with_the_schemas_their_signatures_give(app: App) -> None:

@@ -37,6 +37,7 @@ from tests.system.adapters.mcp.helpers import (
     task_get,
     task_list,
     task_result,
+    text,
     text_of,
 )
 from tests.system.adapters.mcp.test_mcp_stdio import assert_taken_over_once, case_key
@@ -46,10 +47,6 @@ from tenure.mcp import ANONYMOUS, META_KEY, TASKS_EXTENSION, TASKS_REVISION, ser
 
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 APP = "tests.apps.mcp_app:app"
-
-
-def text(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
 
 
 def progress_of(dsn: str) -> object:

@@ -26,34 +26,23 @@ from tests.system.adapters.mcp.helpers import (
     ext_get,
     ext_task_call,
     in_flight,
+    job_of,
     jobs,
     key,
+    states,
     task_call,
     task_cancel,
     task_get,
     task_list,
     task_result,
+    text,
     text_of,
 )
 from tests.system.adapters.mcp.wires import CELLS, Cell, deployed
 
-from tenure.mcp import ANONYMOUS, META_KEY
+from tenure.mcp import ANONYMOUS
 
 pytestmark = pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
-
-
-def job_of(result: Any) -> dict[str, Any]:
-    assert result.meta is not None, result
-    job: dict[str, Any] = result.meta[META_KEY]
-    return job
-
-
-def text(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
-
-
-def states(dsn: str, tool: str) -> list[str]:
-    return [str(r["state"]) for r in jobs(dsn, tool)]
 
 
 async def test_keys(cell: Cell, workers: WorkerGroup, tenure_dsn: str, tmp_path: Path) -> None:
