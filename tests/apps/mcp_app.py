@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from tenure import App, Context
 from tenure.fence import raise_for_fence
@@ -55,6 +55,7 @@ class Size(TypedDict):
 
     approved: bool
     size: Literal["S", "M", "L"]
+    note: NotRequired[str]
 
 
 def build_app(dsn: str | None = None, quota: int | None = None) -> App:
@@ -141,7 +142,7 @@ def build_app(dsn: str | None = None, quota: int | None = None) -> App:
         wp = ctx.waitpoint("size", timeout=600, answered_by="caller", answer=Size)
         if wp.pending:
             ctx.suspend(wp, request={"item": item})
-        return {"item": item, "approved": wp.answer["approved"], "size": wp.answer["size"]}
+        return {"item": item, **wp.answer}
 
     return app
 

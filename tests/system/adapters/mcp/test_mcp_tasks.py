@@ -260,6 +260,7 @@ async def test_a_question_for_its_caller_is_asked_with_the_answers_form_and_the_
         "properties": {
             "approved": {"title": "Approved", "type": "boolean"},
             "size": {"enum": ["S", "M", "L"], "title": "Size", "type": "string"},
+            "note": {"title": "Note", "type": "string"},
         },
         "required": ["approved", "size"],
     }
