@@ -893,6 +893,11 @@ def _parser() -> argparse.ArgumentParser:
         "($TENURE_MCP_TOKENS holds the same entries)",
     )
     mcp.add_argument(
+        "--lax-arguments",
+        action="store_true",
+        help="convert a model's trivial slips ('2' for an int) instead of refusing them",
+    )
+    mcp.add_argument(
         "--trust-trace-context",
         action="store_true",
         help="continue a client's trace (_meta traceparent) instead of linking it",

@@ -26,10 +26,10 @@ import asyncio
 import os
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NotRequired
 
 import httpx
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 from tenure import App, Context
 from tenure.fence import raise_for_fence

@@ -104,12 +104,16 @@ async def run_call(
     key: str,
     tenant: str | None,
     defer_after: float | None,
+    lax: bool = False,
 ) -> Any:
     """Queue the call (or find the job its key already names) and return its result.
 
-    Raises PayloadError (arguments outside the tool's signature; nothing queued),
-    JobFailed, JobCancelled, or Deferred once ``defer_after`` seconds passed.
+    ``lax``: the model's trivial slips converted first (`App.coerce_arguments`). Raises
+    PayloadError (arguments outside the tool's signature; nothing queued), JobFailed,
+    JobCancelled, or Deferred once ``defer_after`` seconds passed.
     """
+    if lax:
+        arguments = app.coerce_arguments(tool, arguments)
     job = await app.enqueue(tool, arguments, idempotency_key=key, tenant=tenant)
     try:
         return await app.wait(job.id, timeout=defer_after)

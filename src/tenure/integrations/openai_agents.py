@@ -46,7 +46,8 @@ class TenureTools:
     key. ``tools`` names the app's tools to offer (default: all). ``tenant`` (a string
     or a function of the run context) puts the calls in that tenant's keyspace.
     ``defer_after`` (seconds; default: wait as long as the job takes) ends the run with
-    the calls still running after that long interrupted.
+    the calls still running after that long interrupted. ``lax`` converts a model's
+    trivial slips (``"2"`` for an ``int``) instead of refusing them.
     """
 
     def __init__(
@@ -57,8 +58,10 @@ class TenureTools:
         conversation: Scope,
         tenant: str | Scope | None = None,
         defer_after: float | None = None,
+        lax: bool = False,
     ) -> None:
         self.app = app
+        self.lax = lax
         self.defer_after = check_defer_after(defer_after)
         self._conversation = conversation
         self._tenant = tenant
@@ -105,7 +108,13 @@ class TenureTools:
             return f"The arguments for {name} are not a JSON object."
         try:
             result = await run_call(
-                self.app, name, payload, key=key, tenant=tenant, defer_after=defer_after
+                self.app,
+                name,
+                payload,
+                key=key,
+                tenant=tenant,
+                defer_after=defer_after,
+                lax=self.lax,
             )
         except (PayloadError, JobFailed, JobCancelled) as error:
             return failure(name, error).message

@@ -68,12 +68,16 @@ async def _serve(
                 token=token,
                 verifier=verifier,
                 allowed_hosts=args.allowed_host,
+                lax_arguments=args.lax_arguments,
                 trust_trace_context=args.trust_trace_context,
                 ready=lambda url: print(f"tenure mcp: {url}", file=sys.stderr, flush=True),
             )
         else:
             await serve_stdio(
-                app, principal=principal, trust_trace_context=args.trust_trace_context
+                app,
+                principal=principal,
+                lax_arguments=args.lax_arguments,
+                trust_trace_context=args.trust_trace_context,
             )
     finally:
         if worker is not None and running is not None:

@@ -49,13 +49,23 @@ DEFAULT_PORT = 8322
 
 
 async def serve_stdio(
-    app: App, *, principal: str | None = None, trust_trace_context: bool = False
+    app: App,
+    *,
+    principal: str | None = None,
+    lax_arguments: bool = False,
+    trust_trace_context: bool = False,
 ) -> None:
     """Serve ``app``'s tools on this process's stdin and stdout until the client closes them.
 
     One process, one client: ``principal`` names it (else the connection is its scope).
+    The other options are `server`'s.
     """
-    srv = server(app, principal=principal, trust_trace_context=trust_trace_context)
+    srv = server(
+        app,
+        principal=principal,
+        lax_arguments=lax_arguments,
+        trust_trace_context=trust_trace_context,
+    )
     async with stdio_server() as (read, write):
         await srv.run(read, write, srv.create_initialization_options())
 
@@ -125,13 +135,14 @@ def http_app(
     verifier: TokenVerifier | None = None,
     host: str = "127.0.0.1",
     allowed_hosts: Sequence[str] = (),
+    lax_arguments: bool = False,
     trust_trace_context: bool = False,
 ) -> ASGIApp:
     """``app``'s tools as a streamable-HTTP MCP endpoint at ``/mcp`` (an ASGI app with its own
     lifespan). ``verifier`` (e.g. `Principals`) checks each request's bearer token and names
     its principal; ``token`` only admits (give one or the other). ``host`` is the address it
     will be bound to: without either it must be a loopback one. ``allowed_hosts`` are
-    further names clients may reach it by."""
+    further names clients may reach it by. The other options are `server`'s."""
     if token is not None and verifier is not None:
         raise ConfigError(
             f"give {TOKEN_ENV} (one token that admits) or principals' tokens, not both"
@@ -148,7 +159,7 @@ def http_app(
     else:  # every request needs a token the verifier accepts, wherever it is bound
         allowed_names(allowed_hosts)
     named = not (host in WILDCARD_BINDS or is_loopback(host) or parse_host(host, None) is None)
-    srv = server(app, trust_trace_context=trust_trace_context)
+    srv = server(app, lax_arguments=lax_arguments, trust_trace_context=trust_trace_context)
     inner: ASGIApp = _Disconnects(srv.streamable_http_app(streamable_http_path=PATH, host=host))
     if verifier is not None:
         inner = _Principals(inner, verifier)
@@ -165,6 +176,7 @@ async def serve_http(
     token: str | None = None,
     verifier: TokenVerifier | None = None,
     allowed_hosts: Sequence[str] = (),
+    lax_arguments: bool = False,
     trust_trace_context: bool = False,
     ready: Callable[[str], None] | None = None,
 ) -> None:
@@ -176,6 +188,7 @@ async def serve_http(
             verifier=verifier,
             host=host,
             allowed_hosts=allowed_hosts,
+            lax_arguments=lax_arguments,
             trust_trace_context=trust_trace_context,
         ),
         host=host,

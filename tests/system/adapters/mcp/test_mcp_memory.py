@@ -244,3 +244,18 @@ async def test_an_unknown_tool_or_a_malformed_key_is_a_protocol_error_that_queue
             await client.call_tool("echo", {"text": "x"}, meta=key(42))
     assert unknown.value.error.code == malformed.value.error.code == INVALID_PARAMS
     assert jobs(tenure_dsn) == []
+
+
+async def test_lax_arguments_take_a_models_trivial_slip_that_strict_ones_refuse(
+    app: App, worker: WorkerProcess, tenure_dsn: str
+) -> None:
+    async with memory_client(server(app, lax_arguments=True)) as lax:
+        counted = await lax.call_tool("count", {"steps": "2", "pause": "0.01"})
+        still = await lax.call_tool("count", {"steps": "two"})
+    async with memory_client(server(app)) as strict:
+        refused = await strict.call_tool("count", {"steps": "2"})
+    assert counted.structured_content == {"result": 2}, counted
+    assert still.is_error and still.structured_content is not None
+    assert still.structured_content["error"]["code"] == "invalid_arguments"
+    assert refused.is_error
+    assert [r["state"] for r in jobs(tenure_dsn, "count")] == ["succeeded"]

@@ -84,6 +84,18 @@ async def test_arguments_outside_the_signature_are_a_retry_and_queue_nothing(
     assert [j.idempotency_key for j in jobs] == ["pydantic-ai:conv-2:call-1"]
 
 
+async def test_with_lax_a_models_trivial_slip_is_converted_instead_of_retried(
+    app: App, worker: None
+) -> None:
+    open_gate(app.dsn, "acct-9")
+    model, seen = scripted(("post_entry", {"account": "acct-9", "cents": "12"}))
+    await Agent(model, toolsets=[TenureToolset(app, lax=True)]).run("go", conversation_id="c-9")
+
+    assert [r.outcome for r in seen] == ["success"]
+    [job] = await app.list_jobs(tool="post_entry")
+    assert job.payload == {"account": "acct-9", "cents": 12}
+
+
 @pytest.mark.parametrize(
     ("tool", "outcome", "told"),
     [
