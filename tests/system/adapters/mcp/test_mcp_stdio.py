@@ -108,33 +108,47 @@ async def test_a_worker_sigkilled_mid_call_is_replaced_and_the_client_gets_one_r
     assert result.meta is not None and result.meta[META_KEY]["id"] == job["id"]
 
 
-async def test_the_example_server_runs_as_the_readme_says(
+async def test_the_example_server_runs_as_the_readme_says_and_a_restarted_agent_finds_its_job(
     receivers: Receivers, receiver_dsn: str, tenure_dsn: str, tmp_path: Path
 ) -> None:
-    """``tenure mcp tenure.examples.mcp_server:app --worker``: one command, a real case."""
+    """The README's command, ``tenure mcp tenure.examples.mcp_server:app --worker
+    --principal support-agent``: one command, a real case. Then the agent is restarted
+    (it lost the answer: a new host process, so a new server process and connection)
+    and asks again under the same key: it finds the job it started; no second case."""
     receiver = receivers.start()
+    answers: list[CallToolResult] = []
     seen: list[str | None] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         seen.append(message)
 
-    async with stdio(
-        tenure_dsn,
-        tmp_path / "example.err",
-        "tenure.examples.mcp_server:app",
-        "--worker",
-        env={"CASE_SERVICE_URL": receiver.url},
-    ) as client:
-        [tool] = (await client.list_tools()).tools
-        result = await client.call_tool(
-            tool.name,
-            {"customer_id": "c-7", "summary": "charged twice"},
-            progress_callback=on_progress,
-            meta=key("chat-1:call-1"),
-        )
-    assert not result.is_error, (result, (tmp_path / "example.err").read_text())
-    assert result.structured_content is not None
-    assert result.structured_content["customer_id"] == "c-7"
+    for _run in ("first", "restarted"):
+        async with stdio(
+            tenure_dsn,
+            tmp_path / "example.err",
+            "tenure.examples.mcp_server:app",
+            "--worker",
+            "--principal",
+            "support-agent",
+            env={"CASE_SERVICE_URL": receiver.url},
+        ) as client:
+            [tool] = (await client.list_tools()).tools
+            answers.append(
+                await client.call_tool(
+                    tool.name,
+                    {"customer_id": "c-7", "summary": "charged twice"},
+                    progress_callback=on_progress,
+                    meta=key("chat-1:call-1"),
+                )
+            )
+    first, again = answers
+    assert not first.is_error, (first, (tmp_path / "example.err").read_text())
+    assert first.structured_content is not None
+    assert first.structured_content["customer_id"] == "c-7"
     assert seen and seen[-1] == "case opened", seen
+    assert again.structured_content == first.structured_content
+    assert again.meta is not None and first.meta is not None
+    assert again.meta[META_KEY] == {**first.meta[META_KEY], "created": False}
+    assert first.meta[META_KEY]["scope"] == "principal"
     [row] = jobs(tenure_dsn, "open_case")
     assert count_rows(receiver_dsn, "example_cases", case_key(row["id"])) == 1
