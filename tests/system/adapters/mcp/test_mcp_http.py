@@ -42,7 +42,7 @@ from tests.system.adapters.mcp.helpers import (
 )
 
 from tenure import App, ConfigError
-from tenure.mcp import ANONYMOUS, TASKS_REVISION, TOKEN_ENV, http_app, server
+from tenure.mcp import ANONYMOUS, TASKS_REVISION, TOKEN_ENV, Principals, http_app, server
 
 APP = "tests.apps.mcp_app:app"
 TOKEN = "a-token-of-twenty-chars"
@@ -211,3 +211,25 @@ async def test_a_stateless_caller_without_a_principal_gets_no_task_but_the_plain
             result = await task_call_plain(client, "echo", {"text": "now"})
     assert result.content == [TextContent(type="text", text="now")]
     assert job_of(result)["scope"] == "request"
+
+
+async def test_tenure_mcp_http_principals_find_their_tasks_on_another_replica(
+    app: App, worker: WorkerProcess, tenure_dsn: str
+) -> None:
+    """Two replicas of ``http_app`` with the same principals' tokens (behind a load
+    balancer, say): a task made on one is found on the other, by its principal only."""
+    tokens = {"alice": "alice-" + "a" * 26, "bob": "bob-" + "b" * 28}
+    replicas = [http_app(app, verifier=Principals(tokens)) for _ in range(2)]
+    with serve(replicas[0]) as one, serve(replicas[1]) as two:
+        async with bearer(f"{one}/mcp", tokens["alice"], "legacy") as alice:
+            task = (await task_call(alice, "echo", {"text": "anywhere"}, key("r-1"))).task
+        async with bearer(f"{two}/mcp", tokens["alice"], "legacy") as elsewhere:
+            result = await task_result(elsewhere, task.task_id)
+            again = await task_call(elsewhere, "echo", {"text": "anywhere"}, key("r-1"))
+        async with bearer(f"{two}/mcp", tokens["bob"], "legacy") as bob:
+            with pytest.raises(MCPError, match="Task not found"):
+                await task_result(bob, task.task_id)
+    assert text_of(result) == "anywhere"
+    assert again.task.task_id == task.task_id
+    [row] = jobs(tenure_dsn, "echo")
+    assert row["tenant"] == "mcp:principal:alice"

@@ -335,3 +335,21 @@ async def test_over_stdio_a_task_call_completes(
     assert text_of(result) == "over stdio"
     assert done.status == "completed"
     assert state_of(tenure_dsn, "echo") == "succeeded"
+
+
+async def test_tasks_result_relays_the_jobs_progress_on_its_own_request(
+    app: App, worker: WorkerProcess
+) -> None:
+    """2025-11-25 lets a task's progress travel as ``notifications/progress``: the client
+    waiting in ``tasks/result`` with a progress callback hears the tool's reports."""
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async with memory_client(server(app), "legacy") as client:
+        task = (await task_call(client, "count", {"steps": 3})).task
+        result = await task_result(client, task.task_id, progress=on_progress)
+    assert result.structured_content == {"result": 3}
+    assert seen and seen[-1] == (3.0, 3.0, "step 3"), seen
+    assert [p for p, _, _ in seen] == sorted({p for p, _, _ in seen})
