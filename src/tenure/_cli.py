@@ -347,9 +347,9 @@ def job_table(job: Mapping[str, Any]) -> Table:
 
 
 def waitpoints_table(waits: Iterable[Mapping[str, Any]]) -> Table:
-    """A job's waitpoints: what it waits for and how long it still may."""
+    """A job's waitpoints: what it waits for, who may answer, how long it still may."""
     table = Table(title="waitpoints", **TABLE)
-    for column in ("NAME", "STATE", "ON TIMEOUT", "TIME LEFT", "OPENED", "ASKS"):
+    for column in ("NAME", "STATE", "ANSWERED BY", "ON TIMEOUT", "TIME LEFT", "OPENED", "ASKS"):
         table.add_column(column, no_wrap=column != "ASKS")
     for w in waits:
         left = seconds(w["seconds_left"]) if w["state"] == "open" else "-"
@@ -357,6 +357,7 @@ def waitpoints_table(waits: Iterable[Mapping[str, Any]]) -> Table:
         table.add_row(
             w["name"],
             w["state"],
+            "its token's holder" if w["answered_by"] == "holder" else "the caller too",
             w["on_timeout"],
             left,
             w["created_at"].isoformat(timespec="seconds"),

@@ -43,6 +43,7 @@ from tests.system.adapters.mcp.helpers import (
 from tests.system.adapters.mcp.test_mcp_stdio import assert_taken_over_once, case_key
 
 from tenure import App, Conflict
+from tenure._cli import main
 from tenure.mcp import ANONYMOUS, META_KEY, TASKS_EXTENSION, TASKS_REVISION, server
 
 RELATED_TASK = "io.modelcontextprotocol/related-task"
@@ -202,10 +203,16 @@ async def test_another_session_can_neither_get_list_wait_for_nor_cancel_a_task(
 
 
 async def test_a_task_waiting_for_a_person_is_working_and_says_for_whom_never_asking(
-    app: App, worker: WorkerProcess, tenure_dsn: str, tmp_path: Path
+    app: App,
+    worker: WorkerProcess,
+    tenure_dsn: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``approve`` waits for whoever holds its token: the caller is told so, never asked,
-    never shown the token or the request, and cannot answer it itself."""
+    never shown the token or the request, and cannot answer it itself (the operator's
+    ``tenure jobs show`` says who may)."""
     marker = tmp_path / "token"
     asked: list[ElicitRequestParams] = []
 
@@ -220,6 +227,9 @@ async def test_a_task_waiting_for_a_person_is_working_and_says_for_whom_never_as
         [row] = jobs(tenure_dsn, "approve")
         with pytest.raises(Conflict, match="for whoever holds its token"):
             await app.answer_waitpoint(row["id"], "approval", "yes", tenant=row["tenant"])
+        monkeypatch.setenv("TENURE_DSN", tenure_dsn)
+        assert await anyio.to_thread.run_sync(main, ["jobs", "show", str(row["id"])]) == 0
+        assert "its token's holder" in capsys.readouterr().out
         token = text(marker).strip()
         await app.complete_waitpoint(token, "approved by Ann")
         result = await task_result(client, task.task_id)
