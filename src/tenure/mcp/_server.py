@@ -170,7 +170,7 @@ class _Bridge:
     ) -> HandlerResult:
         """(2026-07-28) The call again, with its ``requestState`` and the caller's answers:
         each answers its waitpoint, then the job is followed on."""
-        job = await self.tasks.find(caller, params.request_state)
+        job = await self.tasks.find(caller, params.request_state, held=True)
         if job is None or job.tool != params.name:
             raise MCPError(INVALID_PARAMS, "requestState names no call of yours")
         waitpoints = await open_waitpoints(self.app, job)

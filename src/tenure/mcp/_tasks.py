@@ -192,8 +192,10 @@ class Tasks:
     async def task_id(self, caller: Caller, job: Job) -> str:
         return _ids.make_id(await self._keyed(), caller.id_scope, job.id)
 
-    async def find(self, caller: Caller, task_id: object) -> Job | None:
-        """The caller's job that ``task_id`` names, or None (never an error)."""
+    async def find(self, caller: Caller, task_id: object, *, held: bool = False) -> Job | None:
+        """The caller's job that ``task_id`` names, or None (never an error). ``held``: the
+        id was handed to this very call (a ``requestState``), which a caller without any
+        scope may hold too: the MAC shows it was ours to hand out."""
         job_id = _ids.job_of(task_id)
         if job_id is None:
             return None
@@ -201,9 +203,8 @@ class Tasks:
             job = await self.app.get(job_id, tenant=caller.tenant)
         except JobNotFound:
             return None
-        if not caller.owns(job) or not _ids.same(
-            await self._keyed(), caller.id_scope, job.id, str(task_id)
-        ):
+        mine = caller.owns(job) or (held and caller.scope == "request")
+        if not mine or not _ids.same(await self._keyed(), caller.id_scope, job.id, str(task_id)):
             return None
         return job
 

@@ -1,10 +1,10 @@
 # ruff: noqa: E402
 """docs/guides/mcp.md's table, cell by cell: wire (2025-11-25, 2026-07-28) x transport
 (stdio, streamable HTTP) x principal (none, given) → keys, cancel, tasks, quotas (and
-restarts, in test_mcp_restarts.py). Each test is one column, each parameter one row: the
-SDK's own client against ``tenure mcp`` as a real subprocess, real worker processes, real
-PostgreSQL. Where a cell makes no promise, the test asserts what the table says instead
-(the scope the reply names, the refusal)."""
+restarts, in test_mcp_restarts.py), and the caller's questions. Each test is one column,
+each parameter one row: the SDK's own client against ``tenure mcp`` as a real
+subprocess, real worker processes, real PostgreSQL. Where a cell makes no promise, the
+test asserts what the table says instead (the scope the reply names, the refusal)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from tests.system.adapters.mcp.sdk import needs_sdk
 
 needs_sdk()  # before the SDK's imports below, hence E402
 
+from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolResult
+from mcp_types import INVALID_PARAMS, CallToolResult, ElicitRequestParams, ElicitResult
 from tests.support.waiting import wait_until_async
 from tests.support.workers import WorkerGroup
 from tests.system.adapters.mcp.helpers import (
@@ -196,3 +197,28 @@ async def test_quotas(cell: Cell, tenure_dsn: str, tmp_path: Path) -> None:
         "error": {"code": "quota_exceeded"}
     }, refused
     assert len(jobs(tenure_dsn)) == (2 if cell.principal else 1)
+
+
+async def test_questions(cell: Cell, workers: WorkerGroup, tenure_dsn: str, tmp_path: Path) -> None:
+    """A question the tool declared for its caller reaches it on every cell, with its
+    answer type's form, and the tool gets the typed answer (an elicitation request on
+    2025-11-25, an input_required result the SDK's client answers by calling again on
+    2026-07-28)."""
+    workers.spawn("w1")
+    asked: list[ElicitRequestParams] = []
+
+    async def reply(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        asked.append(params)
+        return ElicitResult(action="accept", content={"approved": True, "size": "S"})
+
+    with deployed(cell, tenure_dsn, tmp_path) as server:
+        async with server.connect("alice", elicitation=reply) as client:
+            result = await client.call_tool("confirm", {"item": "gloves"})
+    assert result.structured_content == {"item": "gloves", "approved": True, "size": "S"}, (
+        result,
+        server.logs(),
+    )
+    assert [q.message for q in asked] == [
+        'confirm asks you, its caller, at \'size\': {"item": "gloves"}'
+    ]
+    assert states(tenure_dsn, "confirm") == ["succeeded"]
