@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from tests.system.adapters.mcp.sdk import needs_sdk
@@ -19,16 +19,26 @@ import httpx
 from mcp import Client, ClientSession
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, ElicitRequestParams, ElicitResult, EmptyResult, Request
+from mcp_types import (
+    INVALID_PARAMS,
+    ElicitRequestParams,
+    ElicitResult,
+    EmptyResult,
+    Request,
+    RequestParamsMeta,
+)
 from tests.apps.mcp_app import build_app
 from tests.integration.fence.helpers import serve
 from tests.support.workers import aclosing_app
 from tests.system.adapters.mcp.helpers import (
     Era,
+    ExtTask,
     ExtUpdateParams,
+    ext_task_call,
     jobs,
     key,
     memory_client,
+    task_call,
     text_of,
 )
 from tests.system.adapters.mcp.test_mcp_questions import Content
@@ -226,4 +236,34 @@ async def test_a_bad_bearer_token_is_refused_without_naming_anyone(
         )
     assert answer.status_code == 401
     assert "alice" not in answer.text
+    assert errors(caplog) == []
+
+
+HOSTILE_TRACE_CONTEXTS: list[dict[str, Any]] = [
+    {"traceparent": "00-zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz-00f067aa0ba902b7-01"},
+    {"traceparent": "00-" + "0" * 32 + "-00f067aa0ba902b7-01"},
+    {"traceparent": 42},
+    {"traceparent": ["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"]},
+    {"traceparent": None, "tracestate": {"a": 1}},
+    {"traceparent": "x" * 100_000},
+    {"tracestate": "k=v", "baggage": "user=admin"},
+]
+
+
+@pytest.mark.parametrize("carrier", HOSTILE_TRACE_CONTEXTS, ids=lambda c: repr(c)[:30])
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+async def test_a_hostile_trace_context_is_dropped_and_the_call_goes_on(
+    app: App, tenure_dsn: str, caplog: pytest.LogCaptureFixture, carrier: dict[str, Any], era: Era
+) -> None:
+    """Whatever a client puts in ``_meta``'s trace keys, the call is queued (a task here:
+    no worker runs) under no context of the client's, and nobody logs an error."""
+    caplog.set_level(logging.DEBUG)
+    meta = cast(RequestParamsMeta, {**carrier, KEY_META: "traced"})
+    async with memory_client(server(app, principal="alice"), era, tasks=True) as client:
+        if era == "legacy":
+            await task_call(client, "echo", {"text": "x"}, meta)
+        else:
+            assert isinstance(await ext_task_call(client, "echo", {"text": "x"}, meta), ExtTask)
+    [row] = jobs(tenure_dsn, "echo")
+    assert row["state"] == "queued"
     assert errors(caplog) == []
