@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
+import hmac
+import json
 import os
 import threading
 import time
@@ -80,6 +83,7 @@ from ._store import (
 )
 from ._waiting import Deadline, Waiters, reread
 from ._waitpoint import answer_json, token_hash
+from ._waitpoint import check_name as check_waitpoint_name
 
 if TYPE_CHECKING:
     from ._observe._doctor import Check
@@ -226,6 +230,7 @@ class App:
         self.limits = ConcurrencyLimits()
         self.quotas = TenantQuotas()
         self.schedules: dict[str, Schedule] = {}
+        self._secret: bytes | None = None  # the database's secret, read once (derived_key)
 
     # -- configuration ---------------------------------------------------------
 
@@ -632,6 +637,30 @@ class App:
         """`tool_schema` of every registered tool, by name."""
         return [self.tools[name].contract.schema() for name in sorted(self.tools)]
 
+    def output_schema(self, tool: str | Callable[..., Any]) -> dict[str, Any] | None:
+        """The JSON Schema of the tool's result as an object (MCP's ``outputSchema``), or
+        None when its result is untyped; a result that is not an object is its property
+        ``result`` (see `structured_result`)."""
+        return self._spec_of(tool).contract.output_schema()
+
+    def structured_result(self, tool: str, result: Any) -> dict[str, Any] | None:
+        """A succeeded job's ``result`` as the object `output_schema` describes (an untyped
+        result: itself when it is an object, else None)."""
+        spec = self.tools.get(tool)
+        if spec is None:  # a job of a tool this app no longer has
+            return result if isinstance(result, dict) else None
+        return spec.contract.structured(result)
+
+    def coerce_arguments(self, tool: str, arguments: Any) -> dict[str, Any]:
+        """``arguments`` converted to what the tool's signature declares, leniently
+        (pydantic's lax mode: ``"2"`` for an ``int``, ``"true"`` for a ``bool``), for a
+        model whose trivial slip should not cost its retry. `enqueue` stays strict: pass
+        it the returned dict. PayloadError listing every problem that remains."""
+        spec = self._spec_of(tool)
+        text = spec.contract.validate(arguments, "arguments", self._max_payload, lax=True)
+        coerced: dict[str, Any] = json.loads(text)
+        return coerced
+
     # -- operations ------------------------------------------------------------
 
     async def get(
@@ -725,6 +754,41 @@ class App:
         if job is None:
             raise Conflict("no open waitpoint has this token (answered, timed out or unknown)")
         return job
+
+    async def answer_waitpoint(
+        self, job_id: int, name: str, answer: Any = None, *, tenant: str = ""
+    ) -> Job:
+        """Answer, as the job's caller, its open waitpoint ``name``: only one the tool
+        declared ``answered_by="caller"`` (`Context.waitpoint`), and only for a job of
+        ``tenant`` (the MCP server answers for its callers this way, with what their client
+        replied). A waitpoint declared for whoever holds its token (a person, a service)
+        is never answered here, whoever asks: Conflict, like a second, late or unknown
+        answer, and nothing is written. Returns the job, queued again."""
+        name = check_waitpoint_name(name)
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or not 0 < job_id < 2**63:
+            raise Conflict(f"no job {job_id!r}")
+        store = await self._store()
+        job = await store.answer_caller_waitpoint(
+            job_id, name, check_tenant(tenant) if tenant else "", answer_json(answer)
+        )
+        if job is None:
+            raise Conflict(
+                f"job {job_id} has no open waitpoint {name!r} its caller may answer "
+                "(answered, timed out, unknown, or for whoever holds its token)"
+            )
+        return job
+
+    async def derived_key(self, purpose: str) -> bytes:
+        """A 32-byte key for ``purpose`` (e.g. ``"mcp-task"``), the same in every process on
+        this database and different for every purpose: HMAC-SHA256 of the purpose under
+        the secret the database keeps for tenure (migration 0008). For ids that must be
+        unguessable and stable across replicas and restarts, such as MCP task ids."""
+        if not isinstance(purpose, str) or not purpose or not purpose.isprintable():
+            raise PolicyError("purpose must be printable text")
+        secret = self._secret
+        if secret is None:
+            secret = self._secret = await (await self._store()).waitpoint_secret()
+        return hmac.new(secret, f"tenure-key\0{purpose}".encode(), hashlib.sha256).digest()
 
     async def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with one more attempt. The tool is called
@@ -1045,6 +1109,8 @@ class App:
     events_sync = _blocking(events)
     cancel_sync = _blocking(cancel)
     complete_waitpoint_sync = _blocking(complete_waitpoint)
+    answer_waitpoint_sync = _blocking(answer_waitpoint)
+    derived_key_sync = _blocking(derived_key)
     retry_sync = _blocking(retry)
     wait_sync = _blocking(wait)
     wait_many_sync = _blocking(wait_many)

@@ -71,6 +71,7 @@ NAME_MAX = 200  # worker names, events --worker
 HOST_MAX = 255
 TARGET_MAX = 300  # MODULE:APP
 DSN_MAX = 8192
+PATH_MAX = 4096  # a file path (tenure mcp --tokens)
 RETENTION = (60.0, 3650 * DAY)  # JournalPrunerConfig's range
 # Spaces between columns, a rule under the header: readable in a terminal and when pasted.
 TABLE: dict[str, Any] = {"box": box.SIMPLE_HEAD, "title_justify": "left"}
@@ -346,9 +347,9 @@ def job_table(job: Mapping[str, Any]) -> Table:
 
 
 def waitpoints_table(waits: Iterable[Mapping[str, Any]]) -> Table:
-    """A job's waitpoints: what it waits for and how long it still may."""
+    """A job's waitpoints: what it waits for, who may answer, how long it still may."""
     table = Table(title="waitpoints", **TABLE)
-    for column in ("NAME", "STATE", "ON TIMEOUT", "TIME LEFT", "OPENED", "ASKS"):
+    for column in ("NAME", "STATE", "ANSWERED BY", "ON TIMEOUT", "TIME LEFT", "OPENED", "ASKS"):
         table.add_column(column, no_wrap=column != "ASKS")
     for w in waits:
         left = seconds(w["seconds_left"]) if w["state"] == "open" else "-"
@@ -356,6 +357,7 @@ def waitpoints_table(waits: Iterable[Mapping[str, Any]]) -> Table:
         table.add_row(
             w["name"],
             w["state"],
+            "its token's holder" if w["answered_by"] == "holder" else "the caller too",
             w["on_timeout"],
             left,
             w["created_at"].isoformat(timespec="seconds"),
@@ -874,6 +876,32 @@ def _parser() -> argparse.ArgumentParser:
         type=text(HOST_MAX),
         metavar="NAME[:PORT]",
         help="with --http: also answer to this Host; repeatable",
+    )
+    mcp.add_argument(
+        "--principal",
+        type=text(64),
+        default=None,
+        metavar="NAME",
+        help="stdio: who is calling (the host starting this server); its keys, tasks and "
+        "quota outlive the process ($TENURE_MCP_PRINCIPAL)",
+    )
+    mcp.add_argument(
+        "--tokens",
+        type=text(PATH_MAX, printable=False),
+        default=None,
+        metavar="FILE",
+        help="with --http: NAME=TOKEN lines, each bearer token naming its principal "
+        "($TENURE_MCP_TOKENS holds the same entries)",
+    )
+    mcp.add_argument(
+        "--lax-arguments",
+        action="store_true",
+        help="convert a model's trivial slips ('2' for an int) instead of refusing them",
+    )
+    mcp.add_argument(
+        "--trust-trace-context",
+        action="store_true",
+        help="continue a client's trace (_meta traceparent) instead of linking it",
     )
     mcp.add_argument(
         "--worker", action="store_true", help="also run a worker in this process (one machine)"

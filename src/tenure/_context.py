@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
 from ._errors import ConfigError, PayloadError, PolicyError
-from ._states import OnTimeout, OwnershipState
+from ._states import Answerer, OnTimeout, OwnershipState
 from ._waitpoint import Suspend, Waitpoint
 from ._waitpoint import request_json as waitpoint_request
 from ._waitpoint import waitpoint as make_waitpoint
@@ -132,7 +132,13 @@ class Context:
         self._progress(progress_json(done, total, message))
 
     def waitpoint(
-        self, name: str, *, timeout: float = 24 * 3600.0, on_timeout: OnTimeout = "resume"
+        self,
+        name: str,
+        *,
+        timeout: float = 24 * 3600.0,
+        on_timeout: OnTimeout = "resume",
+        answer: Any = None,
+        answered_by: Answerer = "holder",
     ) -> Waitpoint:
         """This call's waitpoint ``name``: pending (hand ``wp.token`` out, then
         `suspend`), or, when the call was resumed, ``answered`` (``wp.answer``) or
@@ -140,11 +146,28 @@ class Context:
         1 s to a year) is how long it may stay open (an answer after it is refused);
         then the job is resumed with ``wp.timed_out`` (``on_timeout="resume"``) or
         fails (``"fail"``). After a retry (`App.retry`), a waitpoint that closed
-        without an answer is pending again, and suspending opens it again."""
+        without an answer is pending again, and suspending opens it again.
+
+        ``answer`` declares the answer's type (a TypedDict, a pydantic model, a
+        dataclass, ``bool``, a ``Literal``...): ``wp.answer`` is then that type, and an
+        answer that does not fit it raises PayloadError here. ``answered_by`` says who may
+        answer: ``"holder"`` (the default), only whoever holds ``wp.token``, a person or a
+        service; ``"caller"``, the job's caller too, without the token (over MCP its
+        client is asked, by elicitation, with a form built from ``answer``, which must
+        then be a flat object of strings, numbers, booleans and enums, or one of those;
+        default ``str``). Never declare ``"caller"`` for a decision the calling agent
+        must not take itself: an approval, a sign-off."""
         if self._waitpoint_secret is None:
             raise ConfigError("this context has no waitpoint secret (not run by a worker)")
         return make_waitpoint(
-            self._waitpoint_secret, self.job_id, self._waitpoints, name, timeout, on_timeout
+            self._waitpoint_secret,
+            self.job_id,
+            self._waitpoints,
+            name,
+            timeout,
+            on_timeout,
+            answer,
+            answered_by,
         )
 
     def suspend(self, waitpoint: Waitpoint, *, request: Any = None) -> NoReturn:

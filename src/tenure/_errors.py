@@ -50,8 +50,8 @@ before repeating it). A constraint violation is never uncertain.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -123,6 +123,12 @@ class JobFailed(TenureError):
         self.job: Job = job
         self.code: str = str((job.error or {}).get("code", job.state))
         self.attempts: int = job.attempt
+
+    @property
+    def told(self) -> str | None:
+        """The tool's own words to its caller, when it classified the failure itself (see
+        `told_message`); None otherwise."""
+        return told_message(self.job.error)
 
 
 class RunFailed(TenureError):
@@ -292,6 +298,24 @@ class OutcomeUnknown(ToolError):
     """The side effect may or may not have happened; retry with the same idempotency key."""
 
     code = "outcome_unknown"
+
+
+# Failures a tool classified itself (PermanentError, RetryableError, OutcomeUnknown, or a
+# type its policy declares permanent): their messages are the tool's words to its caller.
+# An unclassified exception's text stays on the job's row for the operator.
+CLASSIFIED_CODES = frozenset({"permanent", "retryable", "outcome_unknown"})
+MAX_TOLD = 2000  # characters of a classified failure's message a caller is told
+
+
+def told_message(error: Mapping[str, Any] | None) -> str | None:
+    """What a caller (an MCP client, a framework's model) may be told of a job's error: the
+    message of a failure the tool classified itself, at most `MAX_TOLD` characters; None
+    for any other (an unclassified exception's text may hold a receiver's answer or a
+    customer's data, and stays with the operator)."""
+    if not error or error.get("code") not in CLASSIFIED_CODES:
+        return None
+    message = error.get("message")
+    return message[:MAX_TOLD] if isinstance(message, str) and message else None
 
 
 def one_line(exc: BaseException) -> str:

@@ -27,6 +27,10 @@ OnTimeout = Literal["resume", "fail"]
 """What a waitpoint nobody answered in time does: resume the call with a timeout, or fail
 the job."""
 
+Answerer = Literal["holder", "caller"]
+"""Who may answer a waitpoint: whoever holds its token (a person, a service: the default),
+or the job's caller too (an MCP client, asked by elicitation)."""
+
 TransitionMode = Literal["none", "commit", "adopt"]
 """What decides a pipeline transition: nothing (a start or re-dispatch), the stage's job
 committing under its token, or adopting a job that already ended."""
@@ -51,6 +55,7 @@ def has_ended(state: str | None) -> TypeGuard[EndState]:
 
 __all__ = [
     "TERMINAL_STATES",
+    "Answerer",
     "EndState",
     "FinishState",
     "JobState",

@@ -12,6 +12,7 @@ from psycopg.types.json import Jsonb
 
 from .._job import Job
 from .._states import (
+    Answerer,
     EndState,
     FinishState,
     JobState,
@@ -120,6 +121,8 @@ class OpenWaitpoint:
     timeout_ms: int
     on_timeout: str
     request_json: str | None
+    answered_by: str = "holder"  # or "caller": who may answer it (migration 0020)
+    answer_schema_json: str | None = None  # the declared answer type's JSON Schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,6 +424,8 @@ class JobWaitpoint(TypedDict):
     request: Any
     created_at: datetime
     closed_at: datetime | None
+    answered_by: Answerer  # "holder" (of its token) or "caller" (the job's)
+    answer_schema: dict[str, Any] | None  # the declared answer type's JSON Schema
     seconds_left: float
 
 

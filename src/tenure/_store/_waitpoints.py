@@ -49,6 +49,8 @@ class WaitpointStatements(StoreBase):
                 "timeout_ms": wp.timeout_ms,
                 "on_timeout": wp.on_timeout,
                 "request": wp.request_json,
+                "answered_by": wp.answered_by,
+                "answer_schema": wp.answer_schema_json,
                 "progress": finish.progress_json,
             },
             FINISH_TIMEOUT,
@@ -60,9 +62,21 @@ class WaitpointStatements(StoreBase):
         again), or None when no open waitpoint has this token (unknown, answered, timed
         out or cancelled). Database errors as StoreErrors (a read-only role's:
         PermissionDenied)."""
-        rows = await self._fetch_typed(
-            "complete_waitpoint", {"token_hash": token_hash, "answer": answer_json}
+        return await self._complete(
+            {"token_hash": token_hash, "job_id": None, "name": None, "tenant": None}, answer_json
         )
+
+    async def answer_caller_waitpoint(
+        self, job_id: int, name: str, tenant: str, answer_json: str
+    ) -> Job | None:
+        """As `complete_waitpoint`, for the job's caller: the open waitpoint ``name`` of job
+        ``job_id`` of ``tenant``, only if it was declared answered by its caller."""
+        return await self._complete(
+            {"token_hash": None, "job_id": job_id, "name": name, "tenant": tenant}, answer_json
+        )
+
+    async def _complete(self, where: dict[str, object], answer_json: str) -> Job | None:
+        rows = await self._fetch_typed("complete_waitpoint", {**where, "answer": answer_json})
         return Job.from_row(rows[0]) if rows else None
 
     async def expire_waitpoints(self, limit: int) -> list[int]:

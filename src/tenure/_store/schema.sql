@@ -1,11 +1,11 @@
 -- tenure's schema as it stands after every migration, in one file, for reading.
 --
--- As of migration: 0014_secret_readers
+-- As of migration: 0020_waitpoint_answerers
 --
 -- Nothing applies this file: `tenure migrate` runs migrations/*.sql in order, and that is
 -- the only way tenure's tables are made. This file is what those migrations add up to,
 -- written out once in dependency order with a short note on why each thing is there (the
--- migration that made it, 0001-0014, says more). Statements that migrations later replaced
+-- migration that made it, 0001-0020, says more). Statements that migrations later replaced
 -- are shown only in their current form: tenure_admit (0004, replaced in 0005), the claim
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
 -- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
@@ -550,6 +550,10 @@ CREATE TABLE tenure_waitpoints (
     answer      jsonb,
     created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
     closed_at   timestamptz,
+    -- (0020) who may answer: 'holder' of the token (a person, a service), or the job's
+    -- 'caller' (an MCP client, asked by elicitation); and its answer's JSON Schema, if declared.
+    answered_by text        NOT NULL DEFAULT 'holder' CHECK (answered_by IN ('holder', 'caller')),
+    answer_schema jsonb,
     UNIQUE (job_id, name)
 );
 

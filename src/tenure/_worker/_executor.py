@@ -33,7 +33,7 @@ from .._errors import (
     StaleFence,
 )
 from .._log import log_event
-from .._payload import MAX_RESULT_BYTES, encode
+from .._payload import MAX_PAYLOAD_BYTES, MAX_RESULT_BYTES, encode
 from .._pipeline._model import Verdict
 from .._registry import ToolSpec
 from .._states import StopReason
@@ -321,6 +321,10 @@ class Executor:
                 timeout_ms=round(wp.timeout * 1000),
                 on_timeout=wp.on_timeout,
                 request_json=suspended.request_json,
+                answered_by=wp.answered_by,
+                answer_schema_json=None
+                if wp.answer_schema is None
+                else encode(wp.answer_schema, "answer schema", MAX_PAYLOAD_BYTES),
             ),
         )
 

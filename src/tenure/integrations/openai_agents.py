@@ -12,8 +12,10 @@ tool type) whose schemas are the tenure tools' signatures; each call is a job:
   in ``result.interruptions``; save ``result.to_state().to_string()``, and any process
   resumes it with `TenureTools.approve` and ``Runner.run(agent, state)``;
 - a failed job is the error string the SDK sends the model instead of a result,
-  worded from the job's error code and attempts only (never the tool's exception
-  text); arguments outside the signature get the list of problems the same way.
+  worded from the job's error code and attempts, plus the message of a failure the
+  tool classified itself (``PermanentError``, ...), as an MCP client gets it (never an
+  unclassified exception's text); arguments outside the signature get the list of
+  problems the same way.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ class TenureTools:
     key. ``tools`` names the app's tools to offer (default: all). ``tenant`` (a string
     or a function of the run context) puts the calls in that tenant's keyspace.
     ``defer_after`` (seconds; default: wait as long as the job takes) ends the run with
-    the calls still running after that long interrupted.
+    the calls still running after that long interrupted. ``lax`` converts a model's
+    trivial slips (``"2"`` for an ``int``) instead of refusing them.
     """
 
     def __init__(
@@ -55,8 +58,10 @@ class TenureTools:
         conversation: Scope,
         tenant: str | Scope | None = None,
         defer_after: float | None = None,
+        lax: bool = False,
     ) -> None:
         self.app = app
+        self.lax = lax
         self.defer_after = check_defer_after(defer_after)
         self._conversation = conversation
         self._tenant = tenant
@@ -103,7 +108,13 @@ class TenureTools:
             return f"The arguments for {name} are not a JSON object."
         try:
             result = await run_call(
-                self.app, name, payload, key=key, tenant=tenant, defer_after=defer_after
+                self.app,
+                name,
+                payload,
+                key=key,
+                tenant=tenant,
+                defer_after=defer_after,
+                lax=self.lax,
             )
         except (PayloadError, JobFailed, JobCancelled) as error:
             return failure(name, error).message

@@ -35,7 +35,7 @@ import tenure
 from tenure._errors import PermissionDenied
 from tenure._observe._dashboard import create_dashboard
 from tenure._observe._http import ServerThread
-from tenure._store import MIGRATIONS_PACKAGE, Finish, OpenWaitpoint, Store, migrate
+from tenure._store import MIGRATIONS_PACKAGE, Store, migrate
 from tenure._store._migrate import discover
 from tenure._waitpoint import derive_token, token_hash
 
@@ -216,6 +216,27 @@ def migrate_until(dsn: str, last: int) -> None:
                     )
 
 
+def suspend_as_0013(dsn: str, job_id: int, token: int, hashed: str) -> None:
+    """What the 0013 release's fenced suspension (statement ``suspend_job``) writes: the
+    job leaves its lease for ``waiting`` and its waitpoint opens. Written out here because
+    today's statement names the columns later migrations added (0020's answered_by)."""
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        moved = conn.execute(
+            "UPDATE tenure_jobs SET state = 'waiting', lease_until = NULL,"
+            " updated_at = clock_timestamp()"
+            " WHERE id = %s AND token = %s AND state = 'running'"
+            " AND lease_until > clock_timestamp()",
+            (job_id, token),
+        ).rowcount
+        assert moved == 1
+        conn.execute(
+            "INSERT INTO tenure_waitpoints (job_id, name, token_hash, token, on_timeout,"
+            " deadline, request) VALUES (%s, 'nobody', %s, %s, 'resume',"
+            " clock_timestamp() + interval '10 minutes', NULL)",
+            (job_id, hashed, token),
+        )
+
+
 async def test_an_open_waitpoint_stays_answerable_across_the_upgrade(
     database_dsn: str, tmp_path: Path
 ) -> None:
@@ -238,10 +259,9 @@ async def test_an_open_waitpoint_stays_answerable_across_the_upgrade(
             key = await store.waitpoint_secret()
             (claimed,) = await store.claim("old-worker", {"wait_briefly": 30_000}, 1)
             token = derive_token(key, claimed.id, "nobody")
-            at = OpenWaitpoint("nobody", token_hash(token), 600_000, "resume", None)
-            suspended = Finish(claimed.id, claimed.token, "waiting", waitpoint=at)
-            assert await store.suspend("old-worker", suspended)
-            assert migrate(dsn) == [14]  # the upgrade, while the call waits
+            suspend_as_0013(dsn, claimed.id, claimed.token, token_hash(token))
+            upgrade = migrate(dsn)  # the upgrade, while the call waits
+            assert upgrade[0] == 14, upgrade
             assert await store.waitpoint_secret() == key
             assert derive_token(await store.waitpoint_secret(), job.id, "nobody") == token
         finally:

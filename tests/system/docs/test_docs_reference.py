@@ -142,6 +142,6 @@ def test_every_mention_of_the_waitpoint_webhook_names_the_open_route() -> None:
         text = " ".join(path.read_text(encoding="utf-8").replace("``", "`").split())
         mentions += [(path.name, m) for m in re.findall(r"POST `?(\S*waitpoints\S*)", text)]
     named = {name for name, _ in mentions}
-    assert {"_waitpoint.py", "_tasks.py", "mcp.md", "waitpoints.md"} <= named, mentions
+    assert {"_waitpoint.py", "_ask.py", "mcp.md", "waitpoints.md"} <= named, mentions
     wrong = [(name, m) for name, m in mentions if not m.startswith("/waitpoints/{token}")]
     assert wrong == []

@@ -34,15 +34,16 @@ WITH suspended AS (
         on_timeout = %(on_timeout)s,
         deadline = clock_timestamp() + %(timeout_ms)s * interval '1 millisecond',
         request = %(request)s::jsonb, answer = NULL, created_at = clock_timestamp(),
-        closed_at = NULL
+        closed_at = NULL, answered_by = %(answered_by)s, answer_schema = %(answer_schema)s::jsonb
     FROM suspended s
     WHERE w.job_id = s.id AND w.name = %(name)s AND w.state IN ('timed_out', 'cancelled')
     RETURNING w.id
 ), opened AS (
     INSERT INTO tenure_waitpoints (job_id, name, token_hash, token, on_timeout, deadline,
-                                   request)
+                                   request, answered_by, answer_schema)
     SELECT s.id, %(name)s, %(token_hash)s, s.token, %(on_timeout)s,
-           clock_timestamp() + %(timeout_ms)s * interval '1 millisecond', %(request)s::jsonb
+           clock_timestamp() + %(timeout_ms)s * interval '1 millisecond', %(request)s::jsonb,
+           %(answered_by)s, %(answer_schema)s::jsonb
     FROM suspended s
     WHERE NOT EXISTS (SELECT 1 FROM tenure_waitpoints w
                       WHERE w.job_id = s.id AND w.name = %(name)s
@@ -71,12 +72,17 @@ FROM notified, suspended s
 -- clock, and its job still waiting under the token it suspended with. The answer lands on the
 -- job (waitpoints.<name>) and the job is queued again, keeping its place in line; the requeue
 -- trigger wakes the workers. A second answer, or one at or past the deadline (whether or not
--- the rescuer has swept it yet), matches zero rows and writes nothing.
+-- the rescuer has swept it yet), matches zero rows and writes nothing. Found by its token
+-- (token_hash; job_id NULL), or, for the job's caller, by job, name and tenant (token_hash
+-- NULL): only a waitpoint declared answered_by 'caller' is found that way, so a caller can
+-- never answer a person's.
 WITH answered AS (
     UPDATE tenure_waitpoints w
     SET state = 'answered', answer = %(answer)s::jsonb, closed_at = clock_timestamp()
     FROM tenure_jobs j
-    WHERE w.token_hash = %(token_hash)s
+    WHERE (w.token_hash = %(token_hash)s
+           OR (w.job_id = %(job_id)s AND w.name = %(name)s AND w.answered_by = 'caller'
+               AND j.tenant = %(tenant)s))
       AND w.state = 'open'
       AND w.deadline > clock_timestamp()
       AND j.id = w.job_id
@@ -159,9 +165,10 @@ WITH due AS (
 SELECT m.id FROM notified, moved m
 
 -- name: job_waitpoints
--- A job's waitpoints for an operator: name, state, deadline, what it asked (the tool's words).
-SELECT name, state, on_timeout, deadline, request, created_at, closed_at,
-       extract(epoch FROM deadline - clock_timestamp())::float8 AS seconds_left
+-- A job's waitpoints for an operator: name, state, deadline, what it asked (the tool's words),
+-- who may answer it and the type of its answer.
+SELECT name, state, on_timeout, deadline, request, created_at, closed_at, answered_by,
+       answer_schema, extract(epoch FROM deadline - clock_timestamp())::float8 AS seconds_left
 FROM tenure_waitpoints
 WHERE job_id = %(job_id)s
 ORDER BY id

@@ -18,7 +18,12 @@ pytest.importorskip("agents", reason="needs the extra: pip install -e '.[openai-
 from agents import Runner, RunState
 from tests.support.workers import REPO_ROOT, WorkerGroup
 from tests.system.adapters.openai_agents.ledger_openai import OFFLINE, ledger_agent
-from tests.system.adapters.pydantic_ai.ledger_app import SECRET, executions, open_gate
+from tests.system.adapters.pydantic_ai.ledger_app import (
+    REFUSED,
+    SECRET,
+    executions,
+    open_gate,
+)
 from tests.system.adapters.pydantic_ai.ledger_fixtures import kill_when
 
 from tenure import App, PolicyError, UnknownTool
@@ -79,7 +84,7 @@ async def test_arguments_outside_the_signature_are_told_and_queue_nothing(
         ("crash", "The call of crash failed (error code: error, 2 attempts)"),
     ],
 )
-async def test_a_failed_job_is_the_error_text_without_the_tools_text(
+async def test_a_failed_job_is_the_error_text_with_only_the_tools_classified_text(
     app: App, worker: None, tool: str, told: str
 ) -> None:
     agent, _, model = ledger_agent(app, tool, {"account": "a3"})
@@ -87,10 +92,15 @@ async def test_a_failed_job_is_the_error_text_without_the_tools_text(
 
     (said,) = outputs(model.inputs)
     assert said.startswith(told)
+    # A PermanentError's message is the tool's word to its caller, as MCP clients get it;
+    # an unclassified exception's text stays with the operator.
+    assert (f"It said: {REFUSED}" in said) == (tool == "refuse")
     assert "4111" not in json.dumps(model.inputs, default=str)
     assert "4111" not in str(result.final_output)
     (job,) = await app.list_jobs(tool=tool)
-    assert job.state == "failed" and SECRET in json.dumps(job.error)  # kept, for the operator
+    assert job.state == "failed"
+    if tool == "crash":
+        assert SECRET in json.dumps(job.error)  # kept, for the operator
 
 
 async def test_a_long_call_ends_the_run_and_resumes_from_its_state(app: App, worker: None) -> None:
