@@ -663,8 +663,8 @@ class App:
         return page_of(await (await self._store()).search_jobs(search), search)
 
     async def events(self, job_id: int) -> list[JournalEntry]:
-        """The job's journal: claims, losses, rejections and outcomes, oldest first (its
-        first 1,000 entries)."""
+        """The job's journal: claims, losses, rejections and outcomes, oldest first by the
+        database's time, then id (its first 1,000 entries)."""
         return await (await self._store()).job_timeline(job_id)
 
     async def cancel(self, job_id: int) -> Job:
@@ -836,9 +836,9 @@ class App:
         since: float | datetime | None = None,
         limit: int = 100,
     ) -> list[JournalEntry]:
-        """Journal rows, newest first: of these ``kinds`` (``job_reclaimed`` selects claims
-        that took a job over from an expired lease), of a job, a tool or a worker, from
-        ``since`` (seconds back, or a time) on."""
+        """Journal rows, newest first (by the database's time, then id): of these ``kinds``
+        (``job_reclaimed`` selects claims that took a job over from an expired lease), of a
+        job, a tool or a worker, from ``since`` (seconds back, or a time) on."""
         query = EventQuery(
             kinds=tuple(k for k in kinds if k != "job_reclaimed"),
             reclaims="job_reclaimed" in kinds,
