@@ -9,7 +9,10 @@ tenure's data directory. Only ``migrate`` and ``worker`` (and ``enqueue
 missing, so a mistyped DSN gets one line instead of a new schema. Tables are
 rendered with rich; what they show comes from statements that never select
 payloads, results or error messages, so the output is safe to paste into a
-ticket.
+ticket. Every value in them is plain text (never rich markup or an emoji code)
+with its control characters made visible (`_text.printable`), so a key, a
+worker name or a progress message can neither break the table nor drive the
+terminal.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from ._app import MAX_KEY_LENGTH, MAX_PRIORITY, MAX_WAIT, App
 from ._dsn import dsn_from_environment
@@ -44,6 +48,7 @@ from ._observe._events import JOURNAL_KINDS
 from ._observe._pages import clock, describe_progress, seconds, summarize
 from ._registry import TENANT_MAX, TOOL_NAME_MAX
 from ._store import migrate
+from ._text import json_text, printable
 from ._worker._worker import (
     DEFAULT_CLAIM_BATCH,
     DEFAULT_CONCURRENCY,
@@ -112,11 +117,17 @@ def _shown(text: str, most: int = 40) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    """An exception as one line: its first non-empty line, else its type's name."""
+    """An exception as one line: its first non-empty line, else its type's name (controls
+    made visible: a message may quote what a caller or a tool wrote)."""
     for line in str(exc).splitlines():
         if line.strip():
-            return line.strip()
+            return printable(line.strip())
     return type(exc).__name__
+
+
+def _error(exc: BaseException) -> str:
+    """What a failed command prints on stderr: one ``tenure: error:`` line."""
+    return f"tenure: error: {_one_line(exc)}"
 
 
 def _bounded(
@@ -233,8 +244,16 @@ def _env_choice(name: str, default: str, choices: Sequence[str]) -> str:
 
 
 def _console() -> Console:
-    """stdout; wide when it is not a terminal, so piped tables are not squeezed to 80 columns."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    """stdout; wide when it is not a terminal, so piped tables are not squeezed to 80 columns.
+    It reads no markup and no emoji codes: what it prints is data (see `_row`)."""
+    return Console(
+        highlight=False, markup=False, emoji=False, width=None if sys.stdout.isatty() else 200
+    )
+
+
+def _row(table: Table, *values: str | Text) -> None:
+    """One row of data: each value plain text with its controls made visible."""
+    table.add_row(*(v if isinstance(v, Text) else Text(printable(v)) for v in values))
 
 
 def _since(later: datetime, earlier: datetime | None) -> float | None:
@@ -252,7 +271,8 @@ def jobs_table(jobs: Sequence[Job], now: datetime) -> Table:
     table.add_column("CODE")
     for j in jobs:
         running = j.state == "running"
-        table.add_row(
+        _row(
+            table,
             str(j.id),
             j.tool,
             j.tenant or "-",
@@ -285,7 +305,7 @@ def events_table(events: Iterable[Mapping[str, Any]], *, title: str, with_job: b
         ]
         if not with_job:
             del cells[2]
-        table.add_row(*cells)
+        _row(table, *cells)
     return table
 
 
@@ -300,7 +320,8 @@ def workers_table(workers: Sequence[Mapping[str, Any]]) -> Table:
     table.add_column("TOOLS")
     for w in workers:
         expired = f" ({w['leases_expired']} expired)" if w["leases_expired"] else ""
-        table.add_row(
+        _row(
+            table,
             w["name"],
             w["status"],
             w["host"],
@@ -341,7 +362,7 @@ def job_table(job: Mapping[str, Any]) -> Table:
         "finished": clock(job["finished_at"]),
     }
     for name, value in rows.items():
-        table.add_row(name, value)
+        _row(table, name, value)
     return table
 
 
@@ -353,7 +374,8 @@ def waitpoints_table(waits: Iterable[Mapping[str, Any]]) -> Table:
     for w in waits:
         left = seconds(w["seconds_left"]) if w["state"] == "open" else "-"
         asks = "-" if w["request"] is None else json.dumps(w["request"], ensure_ascii=False)
-        table.add_row(
+        _row(
+            table,
             w["name"],
             w["state"],
             w["on_timeout"],
@@ -481,7 +503,7 @@ async def _doctor(app: App, check_tools: bool, console: Console) -> int:
         table.add_column(column, no_wrap=column != "DETAIL")
     for check in checks:
         style = STATUS_STYLE[check.status]
-        table.add_row(check.name, f"[{style}]{check.status}[/{style}]", check.detail)
+        _row(table, check.name, Text(check.status, style=style), check.detail)
     console.print(table)
     return EXIT_ERROR if any(c.status == "fail" for c in checks) else 0
 
@@ -630,7 +652,7 @@ def _tools(args: argparse.Namespace) -> int:
     """The tools an agent would be shown: no database is needed for this."""
     schemas = _load(args).tool_schemas()
     if args.json:
-        print(json.dumps(schemas, indent=2, ensure_ascii=False))
+        print(json_text(schemas, indent=2))
         return 0
     table = Table(title=f"{len(schemas)} tools of {args.app}", **TABLE)
     for column in ("TOOL", "ARGUMENTS", "DESCRIPTION"):
@@ -639,7 +661,7 @@ def _tools(args: argparse.Namespace) -> int:
         properties = schema["parameters"].get("properties", {})
         required = set(schema["parameters"].get("required", ()))
         arguments = ", ".join(f"{n}{'' if n in required else '?'}" for n in properties)
-        table.add_row(schema["name"], arguments, schema["description"].split("\n\n")[0])
+        _row(table, schema["name"], arguments, schema["description"].split("\n\n")[0])
     _console().print(table)
     return 0
 
@@ -648,7 +670,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr like every other error."""
 
     def error(self, message: str) -> NoReturn:
-        line = message.replace("\r", "\\r").replace("\n", "\\n")
+        line = printable(message)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {line} (see {self.prog} --help)\n")
 
 
@@ -977,7 +999,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = _parser()
     except ConfigError as exc:  # a malformed TENURE_* default
-        print(f"tenure: error: {exc}", file=sys.stderr)
+        print(_error(exc), file=sys.stderr)
         return EXIT_USAGE
     args = parser.parse_args(argv)
     log_format = args.log_format or os.environ.get("TENURE_LOG_FORMAT", "text")
@@ -994,7 +1016,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TenureError, OSError, psycopg.Error) as exc:
         if args.debug:
             raise
-        print(f"tenure: error: {_one_line(exc)}", file=sys.stderr)
+        print(_error(exc), file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:  # a bug, or input nothing above foresaw: still one line
         if args.debug:
