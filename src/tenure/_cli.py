@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import importlib
 import json
 import math
@@ -41,7 +42,7 @@ from rich.text import Text
 from ._app import MAX_KEY_LENGTH, MAX_PRIORITY, MAX_WAIT, App
 from ._dsn import dsn_from_environment
 from ._embedded import embedded_notice
-from ._errors import ConfigError, TenureError
+from ._errors import ConfigError, PayloadError, TenureError
 from ._job import Job
 from ._log import configure_logging
 from ._observe._events import JOURNAL_KINDS
@@ -82,7 +83,8 @@ TABLE: dict[str, Any] = {"box": box.SIMPLE_HEAD, "title_justify": "left"}
 
 
 def load_app(target: str) -> App:
-    """Import ``module:attribute`` and check that it is an App."""
+    """Import ``module:attribute`` and check that it is an App; otherwise a ConfigError
+    naming what is wrong and the module's App objects."""
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise ConfigError(f"expected MODULE:APP (e.g. myapp:app), got {target!r}")
@@ -93,9 +95,22 @@ def load_app(target: str) -> App:
     except Exception as exc:  # the module is the user's: any error importing it is theirs
         raise ConfigError(f"cannot import {module_name!r}: {_one_line(exc)}") from None
     app = getattr(module, attribute, None)
-    if not isinstance(app, App):
-        raise ConfigError(f"{target!r} is not a tenure.App (found {type(app).__name__})")
-    return app
+    if isinstance(app, App):
+        return app
+    found = sorted(name for name, value in vars(module).items() if isinstance(value, App))
+    there = (
+        f"its tenure.App objects: {', '.join(found)}"
+        if found
+        else f"{module_name} defines no tenure.App at its top level"
+    )
+    close = difflib.get_close_matches(attribute, found, n=1)
+    hint = f"; did you mean {module_name}:{close[0]}?" if close else ""
+    if not hasattr(module, attribute):
+        raise ConfigError(f"{module_name} has no attribute {attribute!r} ({there}){hint}")
+    kind = type(app).__name__
+    raise ConfigError(
+        f"{module_name}.{attribute} is of type {kind}, not a tenure.App ({there}){hint}"
+    )
 
 
 def parse_duration(text: str) -> float:
@@ -126,8 +141,13 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _error(exc: BaseException) -> str:
-    """What a failed command prints on stderr: one ``tenure: error:`` line."""
-    return f"tenure: error: {_one_line(exc)}"
+    """What a failed command prints on stderr: one ``tenure: error:`` line, and under it,
+    indented, every problem of a payload that does not fit its tool (the first line only
+    says how many there are)."""
+    lines = [f"tenure: error: {_one_line(exc)}"]
+    if isinstance(exc, PayloadError):
+        lines += [f"  {printable(problem)}" for problem in exc.problems]
+    return "\n".join(lines)
 
 
 def _bounded(
