@@ -221,18 +221,20 @@ class App:
 
     @property
     def dsn(self) -> str:
-        """The server's DSN; starts the embedded server (and migrates) on first use.
+        """The server's DSN; without one, the embedded server's (and migrates) on first use.
 
-        That server is this process's own, which workers elsewhere never see: it is
-        announced on stderr (once per process) before it starts.
+        That is the server another process of this user already runs in tenure's data
+        dir (a `tenure worker` in another terminal), else one this process starts and
+        stops on close. Workers on other machines never see it: which one it is, is said
+        on stderr (once per process).
         """
         with self._lock:
             if self._dsn is None:
                 from ._embedded import EmbeddedPostgres, announce
 
                 self._embedded = EmbeddedPostgres()
+                self._dsn = self._embedded.use()
                 announce(self._embedded)
-                self._dsn = self._embedded.start()
             if self.auto_migrate and not self._migrated:
                 migrate(self._dsn)
                 self._migrated = True
@@ -462,7 +464,8 @@ class App:
             await future.result().close()
 
     def close(self) -> None:
-        """Release every connection and stop the embedded server, if one was started."""
+        """Release every connection and stop the embedded server, if this process started
+        it (one another process runs is left running)."""
         if self._portal is not None:
             self._portal.call(self.aclose())
             self._portal.close()

@@ -41,7 +41,6 @@ from rich.text import Text
 
 from ._app import MAX_KEY_LENGTH, MAX_PRIORITY, MAX_WAIT, App
 from ._dsn import dsn_from_environment
-from ._embedded import embedded_notice
 from ._errors import ConfigError, PayloadError, TenureError
 from ._job import Job
 from ._log import configure_logging
@@ -424,9 +423,6 @@ async def _jobs(app: App, args: argparse.Namespace, console: Console) -> int:
             state=args.state, tool=args.tool, tenant=args.tenant, limit=args.limit
         )
         console.print(jobs_table(jobs, await app.database_time()))
-        notice = embedded_notice()
-        if notice is not None:  # in the pasted table too, not only on stderr
-            console.print(notice, style="yellow")
     elif args.action == "show":
         console.print(job_table(await app.job_detail(args.id)))
         waits = await app.job_waitpoints(args.id)
@@ -651,6 +647,20 @@ def _worker(args: argparse.Namespace) -> int:
             runner.run(worker.run(scrub_environment=True))
     finally:
         app.close()
+    return 0
+
+
+def _embedded(args: argparse.Namespace) -> int:
+    """Where the embedded server lives and whether it runs; ``--remove`` deletes it."""
+    from ._embedded import EmbeddedPostgres, remove, status
+
+    server = EmbeddedPostgres()
+    if args.remove:
+        for line in remove(server):
+            print(printable(line))
+        return 0
+    for name, value in status(server):
+        print(f"{name:<16}{printable(value)}")
     return 0
 
 
@@ -927,6 +937,17 @@ def _parser() -> argparse.ArgumentParser:
         commands.add_parser("chaos", help="run the unpleasant test against your tool and receiver")
     )
 
+    embedded = commands.add_parser(
+        "embedded",
+        help="the embedded PostgreSQL used without a DSN: where it is, whether it runs, its DSN",
+    )
+    embedded.add_argument(
+        "--remove",
+        action="store_true",
+        help="delete it and its data (refused while it runs); as root also the _tenure "
+        "account and the binaries copied for it",
+    )
+
     demo = commands.add_parser("demo", help="run the fault-injection demo on the embedded server")
     demo.add_argument("--jobs", type=integer(1, 1000), default=24)
     demo.add_argument("--workers", type=integer(2, 16), default=3)
@@ -998,6 +1019,8 @@ def _run(args: argparse.Namespace) -> int:
         return _dashboard(args)
     if args.command == "mcp":
         return _mcp(args)
+    if args.command == "embedded":
+        return _embedded(args)
     target = _load(args) if getattr(args, "app", None) else None
     app = target or App(args.dsn, migrate=False)
     # Only `enqueue --migrate` creates tables; a mistyped DSN gets NO_SCHEMA instead, and
