@@ -304,22 +304,28 @@ class EmbeddedPostgres:
             running = self.running()
             if running is None:
                 return None  # a stale pid file is _prepare's to clear
-            if (_pid_file_lines(self._data_dir)[PID_STATUS_LINE:][:1]) == ["ready"]:
+            if self._ready():
                 try:
                     psycopg.connect(running.dsn(self._passfile), connect_timeout=5).close()
                 except psycopg.OperationalError as exc:
-                    reason = (str(exc).strip().splitlines() or ["no reason given"])[-1].strip()
-                    raise ConfigError(
-                        f"a PostgreSQL server (pid {running.pid}) runs on {self._data_dir} but "
-                        f"refused tenure ({reason}); stop it first"
-                    ) from None
-                return running
+                    if self._ready():  # not a server that began to stop meanwhile
+                        reason = (str(exc).strip().splitlines() or ["no reason given"])[-1]
+                        raise ConfigError(
+                            f"a PostgreSQL server (pid {running.pid}) runs on {self._data_dir} "
+                            f"but refused tenure ({reason.strip()}); stop it first"
+                        ) from None
+                else:
+                    return running
             if time.monotonic() > deadline:
                 raise ConfigError(
                     f"a PostgreSQL server (pid {running.pid}) on {self._data_dir} was neither "
                     f"ready nor gone within {START_TIMEOUT:.0f} s"
                 )
             time.sleep(POLL_INTERVAL)
+
+    def _ready(self) -> bool:
+        """Whether the pid file says its server accepts connections."""
+        return _pid_file_lines(self._data_dir)[PID_STATUS_LINE:][:1] == ["ready"]
 
     def _require_password(self, deadline: float) -> None:
         """Make the password in our passfile the only way in; runs under the start flock with
@@ -404,8 +410,7 @@ class EmbeddedPostgres:
                     f"PostgreSQL exited with code {code} while starting on {self._data_dir}: "
                     f"{_tail(self._log, log_offset)}"
                 )
-            lines = _pid_file_lines(self._data_dir)
-            if _pid_of(lines) == proc.pid and lines[PID_STATUS_LINE:][:1] == ["ready"]:
+            if _pid_of(_pid_file_lines(self._data_dir)) == proc.pid and self._ready():
                 break
             if time.monotonic() > deadline:
                 self._halt(signal.SIGQUIT, 5.0)
