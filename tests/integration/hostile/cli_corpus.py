@@ -8,9 +8,9 @@ line on stderr, only a payload's problems indented under it; a non-zero exit; no
 traceback) and leave every row of ``tenure_jobs`` and ``tenure_events`` as it was.
 
 ``test_hostile_cli.py`` (here) runs every case in the test's process, through
-``tenure._cli.main``; ``tests/system/hostile/test_hostile_cli.py`` runs a handful as real
-``python -m tenure`` subprocesses (argv decoding, the interpreter's exit, asyncio's
-"never retrieved" at shutdown). The fixtures are this folder's conftest's.
+``tenure._cli.main``; ``tests/system/hostile/test_hostile_cli_processes.py`` runs a handful
+as real ``python -m tenure`` subprocesses (argv decoding, the interpreter's exit,
+asyncio's "never retrieved" at shutdown). The fixtures are this folder's conftest's.
 """
 
 from __future__ import annotations
