@@ -236,18 +236,20 @@ class App:
 
     @property
     def dsn(self) -> str:
-        """The server's DSN; starts the embedded server (and migrates) on first use.
+        """The server's DSN; without one, the embedded server's (and migrates) on first use.
 
-        That server is this process's own, which workers elsewhere never see: it is
-        announced on stderr (once per process) before it starts.
+        That is the server another process of this user already runs in tenure's data
+        dir (a `tenure worker` in another terminal), else one this process starts and
+        stops on close. Workers on other machines never see it: which one it is, is said
+        on stderr (once per process).
         """
         with self._lock:
             if self._dsn is None:
                 from ._embedded import EmbeddedPostgres, announce
 
                 self._embedded = EmbeddedPostgres()
+                self._dsn = self._embedded.use()
                 announce(self._embedded)
-                self._dsn = self._embedded.start()
             if self.auto_migrate and not self._migrated:
                 migrate(self._dsn)
                 self._migrated = True
@@ -477,7 +479,8 @@ class App:
             await future.result().close()
 
     def close(self) -> None:
-        """Release every connection and stop the embedded server, if one was started."""
+        """Release every connection and stop the embedded server, if this process started
+        it (one another process runs is left running)."""
         if self._portal is not None:
             self._portal.call(self.aclose())
             self._portal.close()
@@ -702,8 +705,8 @@ class App:
         return page_of(await (await self._store()).search_jobs(search), search)
 
     async def events(self, job_id: int) -> list[JournalEntry]:
-        """The job's journal: claims, losses, rejections and outcomes, oldest first (its
-        first 1,000 entries)."""
+        """The job's journal: claims, losses, rejections and outcomes, oldest first by the
+        database's time, then id (its first 1,000 entries)."""
         return await (await self._store()).job_timeline(job_id)
 
     async def cancel(
@@ -945,9 +948,9 @@ class App:
         since: float | datetime | None = None,
         limit: int = 100,
     ) -> list[JournalEntry]:
-        """Journal rows, newest first: of these ``kinds`` (``job_reclaimed`` selects claims
-        that took a job over from an expired lease), of a job, a tool or a worker, from
-        ``since`` (seconds back, or a time) on."""
+        """Journal rows, newest first (by the database's time, then id): of these ``kinds``
+        (``job_reclaimed`` selects claims that took a job over from an expired lease), of a
+        job, a tool or a worker, from ``since`` (seconds back, or a time) on."""
         query = EventQuery(
             kinds=tuple(k for k in kinds if k != "job_reclaimed"),
             reclaims="job_reclaimed" in kinds,

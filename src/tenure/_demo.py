@@ -596,9 +596,10 @@ def _setting(
         from ._embedded import EmbeddedPostgres
 
         embedded = EmbeddedPostgres()
-        cleanup.callback(embedded.stop)
-        server_dsn = embedded.start()
-        print(f"embedded PostgreSQL started ({server_dsn})", flush=True)
+        cleanup.callback(embedded.stop)  # a server another process runs is only let go
+        server_dsn = embedded.use()  # a worker's running embedded server, else a new one
+        started = "in use" if embedded.borrowed is not None else "started"
+        print(f"embedded PostgreSQL {started} ({server_dsn})", flush=True)
     scratch = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
     cleanup.callback(shutil.rmtree, scratch, ignore_errors=True)
     dsn = fresh_database(server_dsn, database)

@@ -8,13 +8,13 @@ the statements behind it select ids, tokens, codes and times only.
 
 from __future__ import annotations
 
-import html
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from .._text import html_text
 from ._pipeline_graph import run_graph
 
 CHART_TOOLS = 6
@@ -23,8 +23,8 @@ CHART_HEIGHT = 64
 
 
 def h(value: object) -> str:
-    """Escape for HTML text and attribute values (quotes included)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Escape for HTML text and attribute values (quotes included; controls made visible)."""
+    return html_text(value)
 
 
 def seconds(value: float | None) -> str:

@@ -10,10 +10,11 @@ the distance from a start stage; an edge that goes back (a reject loop) bends be
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from .._text import html_text
 
 BOX_W = 170
 BOX_H = 64
@@ -26,7 +27,7 @@ LOOP = 40  # room for edges that go back
 
 def h(value: object) -> str:
     """Escape for HTML text and attribute values (as `_pages.h`, which imports this module)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    return html_text(value)
 
 
 def _loads(value: Any) -> Any:

@@ -424,9 +424,9 @@ CREATE INDEX tenure_events_job ON tenure_events (job_id, id);
 CREATE INDEX tenure_events_at ON tenure_events (at);
 
 -- Ownership events are rare next to claims and commits: this partial index lets the dashboard
--- and `tenure events` find the latest of them without walking the whole journal, and costs the
--- claim and commit paths nothing (their rows never enter it).
-CREATE INDEX tenure_events_notable ON tenure_events (id)
+-- and `tenure events` find the latest of them (by time, then id: 0015) without walking the
+-- whole journal, and costs the claim and commit paths nothing (their rows never enter it).
+CREATE INDEX tenure_events_notable ON tenure_events (at, id)
     WHERE kind IN ('lease_expired', 'heartbeat_lost', 'result_rejected', 'result_discarded',
                    'ownership_unknown', 'stale_fence_rejected', 'cancelled', 'retry_requested');
 
