@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
+import hmac
+import json
 import os
 import threading
 import time
@@ -16,7 +19,17 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Literal,
+    ParamSpec,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
 import psycopg
 
@@ -69,8 +82,9 @@ from ._store import (
     WorkerInfo,
     migrate,
 )
-from ._waiting import Waiters, check_timeout
+from ._waiting import Deadline, Waiters, reread
 from ._waitpoint import answer_json, token_hash
+from ._waitpoint import check_name as check_waitpoint_name
 
 if TYPE_CHECKING:
     from ._observe._doctor import Check
@@ -217,23 +231,26 @@ class App:
         self.limits = ConcurrencyLimits()
         self.quotas = TenantQuotas()
         self.schedules: dict[str, Schedule] = {}
+        self._secret: bytes | None = None  # the database's secret, read once (derived_key)
 
     # -- configuration ---------------------------------------------------------
 
     @property
     def dsn(self) -> str:
-        """The server's DSN; starts the embedded server (and migrates) on first use.
+        """The server's DSN; without one, the embedded server's (and migrates) on first use.
 
-        That server is this process's own, which workers elsewhere never see: it is
-        announced on stderr (once per process) before it starts.
+        That is the server another process of this user already runs in tenure's data
+        dir (a `tenure worker` in another terminal), else one this process starts and
+        stops on close. Workers on other machines never see it: which one it is, is said
+        on stderr (once per process).
         """
         with self._lock:
             if self._dsn is None:
                 from ._embedded import EmbeddedPostgres, announce
 
                 self._embedded = EmbeddedPostgres()
+                self._dsn = self._embedded.use()
                 announce(self._embedded)
-                self._dsn = self._embedded.start()
             if self.auto_migrate and not self._migrated:
                 migrate(self._dsn)
                 self._migrated = True
@@ -463,7 +480,8 @@ class App:
             await future.result().close()
 
     def close(self) -> None:
-        """Release every connection and stop the embedded server, if one was started."""
+        """Release every connection and stop the embedded server, if this process started
+        it (one another process runs is left running)."""
         if self._portal is not None:
             self._portal.call(self.aclose())
             self._portal.close()
@@ -623,6 +641,30 @@ class App:
         """`tool_schema` of every registered tool, by name."""
         return [self.tools[name].contract.schema() for name in sorted(self.tools)]
 
+    def output_schema(self, tool: str | Callable[..., Any]) -> dict[str, Any] | None:
+        """The JSON Schema of the tool's result as an object (MCP's ``outputSchema``), or
+        None when its result is untyped; a result that is not an object is its property
+        ``result`` (see `structured_result`)."""
+        return self._spec_of(tool).contract.output_schema()
+
+    def structured_result(self, tool: str, result: Any) -> dict[str, Any] | None:
+        """A succeeded job's ``result`` as the object `output_schema` describes (an untyped
+        result: itself when it is an object, else None)."""
+        spec = self.tools.get(tool)
+        if spec is None:  # a job of a tool this app no longer has
+            return result if isinstance(result, dict) else None
+        return spec.contract.structured(result)
+
+    def coerce_arguments(self, tool: str, arguments: Any) -> dict[str, Any]:
+        """``arguments`` converted to what the tool's signature declares, leniently
+        (pydantic's lax mode: ``"2"`` for an ``int``, ``"true"`` for a ``bool``), for a
+        model whose trivial slip should not cost its retry. `enqueue` stays strict: pass
+        it the returned dict. PayloadError listing every problem that remains."""
+        spec = self._spec_of(tool)
+        text = spec.contract.validate(arguments, "arguments", self._max_payload, lax=True)
+        coerced: dict[str, Any] = json.loads(text)
+        return coerced
+
     # -- operations ------------------------------------------------------------
 
     async def get(
@@ -664,27 +706,51 @@ class App:
         return page_of(await (await self._store()).search_jobs(search), search)
 
     async def events(self, job_id: int) -> list[JournalEntry]:
-        """The job's journal: claims, losses, rejections and outcomes, oldest first (its
-        first 1,000 entries)."""
+        """The job's journal: claims, losses, rejections and outcomes, oldest first by the
+        database's time, then id (its first 1,000 entries)."""
         return await (await self._store()).job_timeline(job_id)
 
-    async def cancel(self, job_id: int) -> Job:
-        """Cancel a queued or running job and return it. A running call is told at once
-        (the cancel notifies its worker in the same transaction): an async tool gets
-        CancelledError, a threaded one sees ``ctx.cancelled``. JobAlreadyEnded (a Conflict)
-        if it had already ended: nothing changed, and the error carries the job."""
+    async def cancel(
+        self,
+        job_id: int,
+        *,
+        until: Literal["cancelled", "stopped"] = "cancelled",
+        timeout: float | None = None,
+    ) -> Job:
+        """Cancel a queued, running or waiting job and return it. A running call is told at
+        once (the cancel notifies its worker in the same transaction, and a worker whose
+        LISTEN connection was away reads its calls again when it is back): an async tool
+        gets CancelledError, a threaded one sees ``ctx.cancelled``, and ``ctx.ensure_owned()``
+        raises JobCancelled. JobAlreadyEnded (a Conflict) if it had already ended: nothing
+        changed, and the error carries the job.
+
+        With ``until="cancelled"`` (the default) it returns once the job is cancelled in
+        the database; the call may still be finishing a step (a few milliseconds with its
+        worker connected). With ``until="stopped"`` it returns only once the call is over:
+        its worker reported that the tool's task ended (or its thread returned), or the
+        lease the call held when it was cancelled ran out on the database's clock (by
+        then the worker's own deadline had passed, so ``ensure_owned()`` refuses every
+        step). ``timeout`` bounds that wait (WaitTimeout; the job stays cancelled).
+        """
+        if until not in ("cancelled", "stopped"):
+            raise PolicyError(f'until must be "cancelled" or "stopped", got {until!r}')
+        deadline = Deadline.after(timeout)
         store = await self._store()
         cancelled = await store.cancel(job_id)
-        if cancelled is not None:
-            return cancelled
-        job = await store.get_job(job_id)
-        raise JobAlreadyEnded(f"job {job_id} already ended {job.state}; nothing changed", job)
+        if cancelled is None:
+            job = await store.get_job(job_id)
+            raise JobAlreadyEnded(f"job {job_id} already ended {job.state}; nothing changed", job)
+        if until == "stopped" and cancelled.held_until is not None:
+            waiters = await self._waiting()
+            await waiters.until_stopped(cancelled.job, cancelled.held_until, deadline)
+        return cancelled.job
 
     async def complete_waitpoint(self, token: str, answer: Any = None) -> Job:
         """Answer the waitpoint whose token a suspended call handed out: the answer (any
         JSON) reaches the tool, which is called again. Accepted once, while the waitpoint
-        is open and its job waits there: a second, late or unknown answer raises Conflict
-        and writes nothing. Returns the job as the answer left it: queued again."""
+        is open, its deadline (the database's clock) not passed and its job waits there:
+        a second, late or unknown answer raises Conflict and writes nothing. Returns the
+        job as the answer left it: queued again."""
         if not isinstance(token, str) or not 1 <= len(token) <= 200:
             raise Conflict("no open waitpoint has this token")
         store = await self._store()
@@ -693,8 +759,47 @@ class App:
             raise Conflict("no open waitpoint has this token (answered, timed out or unknown)")
         return job
 
+    async def answer_waitpoint(
+        self, job_id: int, name: str, answer: Any = None, *, tenant: str = ""
+    ) -> Job:
+        """Answer, as the job's caller, its open waitpoint ``name``: only one the tool
+        declared ``answered_by="caller"`` (`Context.waitpoint`), and only for a job of
+        ``tenant`` (the MCP server answers for its callers this way, with what their client
+        replied). A waitpoint declared for whoever holds its token (a person, a service)
+        is never answered here, whoever asks: Conflict, like a second, late or unknown
+        answer, and nothing is written. Returns the job, queued again."""
+        name = check_waitpoint_name(name)
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or not 0 < job_id < 2**63:
+            raise Conflict(f"no job {job_id!r}")
+        store = await self._store()
+        job = await store.answer_caller_waitpoint(
+            job_id, name, check_tenant(tenant) if tenant else "", answer_json(answer)
+        )
+        if job is None:
+            raise Conflict(
+                f"job {job_id} has no open waitpoint {name!r} its caller may answer "
+                "(answered, timed out, unknown, or for whoever holds its token)"
+            )
+        return job
+
+    async def derived_key(self, purpose: str) -> bytes:
+        """A 32-byte key for ``purpose`` (e.g. ``"mcp-task"``), the same in every process on
+        this database and different for every purpose: HMAC-SHA256 of the purpose under
+        the secret the database keeps for tenure (migration 0008). For ids that must be
+        unguessable and stable across replicas and restarts, such as MCP task ids."""
+        if not isinstance(purpose, str) or not purpose or not purpose.isprintable():
+            raise PolicyError("purpose must be printable text")
+        secret = self._secret
+        if secret is None:
+            secret = self._secret = await (await self._store()).waitpoint_secret()
+        return hmac.new(secret, f"tenure-key\0{purpose}".encode(), hashlib.sha256).digest()
+
     async def retry(self, job_id: int) -> Job:
-        """Queue a failed or cancelled job again with one more attempt."""
+        """Queue a failed or cancelled job again with one more attempt. The tool is called
+        from the top with the answers it had and the steps it recorded (replayed, not run
+        again); a waitpoint that closed unanswered (timed out, or cancelled with its job)
+        is asked again, as is a sleep it was cancelled in (in full, from then); a sleep
+        that ended stays over."""
         store = await self._store()
         retried = await store.retry(job_id)
         if retried is None:
@@ -743,10 +848,14 @@ class App:
         it may run is bounded by its tool's time limit and attempts, not by the waiter;
         give a timeout to bound how long it may also sit in the queue (WaitTimeout).
         """
-        job = await self.get(job_id, key=key, tenant=tenant)
-        async for _ in (await self._waiting()).follow([job.id], check_timeout(timeout)):
+        deadline = Deadline.after(timeout)
+        store = await self._store()
+        job = await reread(functools.partial(self.get, job_id, key=key, tenant=tenant), deadline)
+        async for _ in (await self._waiting()).follow([job.id], deadline):
             pass
-        return self._outcome(await (await self._store()).get_job(job.id), result_type)
+        return self._outcome(
+            await reread(functools.partial(store.get_job, job.id), deadline), result_type
+        )
 
     @staticmethod
     def _outcome(job: Job, result_type: Any = None) -> Any:
@@ -762,10 +871,11 @@ class App:
     ) -> AsyncIterator[Job]:
         """Each job, as it ends (succeeded, failed or cancelled), in the order they end;
         WaitTimeout if some have not ended within ``timeout`` seconds."""
+        deadline = Deadline.after(timeout)
         store = await self._store()
         ids = list(dict.fromkeys(job_ids))
-        async for status in (await self._waiting()).follow(ids, check_timeout(timeout)):
-            yield await store.get_job(status.id)
+        async for status in (await self._waiting()).follow(ids, deadline):
+            yield await reread(functools.partial(store.get_job, status.id), deadline)
 
     async def wait_many(self, job_ids: Sequence[int], *, timeout: float | None = None) -> list[Job]:
         """Every job once all have ended, in the order given (look at each one's state,
@@ -783,12 +893,13 @@ class App:
     ) -> AsyncIterator[Job]:
         """The job now, then again each time its state or progress changes (pushed by the
         database), ending with the job in its final state."""
+        deadline = Deadline.after(timeout)
         store = await self._store()
-        job = await self.get(job_id, key=key, tenant=tenant)
-        follow = (await self._waiting()).follow([job.id], check_timeout(timeout), progress=True)
+        job = await reread(functools.partial(self.get, job_id, key=key, tenant=tenant), deadline)
+        follow = (await self._waiting()).follow([job.id], deadline, progress=True)
         last: tuple[str, Any] | None = None
         async for _ in follow:
-            now = await store.get_job(job.id)
+            now = await reread(functools.partial(store.get_job, job.id), deadline)
             if (now.state, now.progress) != last:  # the row may be ahead of the status read
                 last = (now.state, now.progress)
                 yield now
@@ -802,11 +913,14 @@ class App:
         Pushed by the database, like `watch`; WaitTimeout past ``timeout`` seconds."""
         store = await self._store()
         waiters = await self._waiting()
-        async for event in follow_run(store, waiters, job_id, check_timeout(timeout)):
+        async for event in follow_run(store, waiters, job_id, Deadline.after(timeout)):
             yield event
 
     async def summary(self) -> dict[str, int]:
-        """Counts of jobs by state and of journal events by kind, plus duplicate commits."""
+        """Counts of jobs by state (``jobs_<state>``), of journal events by kind
+        (``events_<kind>``) and of the owners they name (``owners_<kind>``: distinct job
+        and token pairs), plus claims that took a lease over (``reclaims``) and duplicate
+        commits."""
         return await (await self._store()).summary()
 
     # -- what an operator reads: never a payload, result or error message -------
@@ -849,9 +963,9 @@ class App:
         since: float | datetime | None = None,
         limit: int = 100,
     ) -> list[JournalEntry]:
-        """Journal rows, newest first: of these ``kinds`` (``job_reclaimed`` selects claims
-        that took a job over from an expired lease), of a job, a tool or a worker, from
-        ``since`` (seconds back, or a time) on."""
+        """Journal rows, newest first (by the database's time, then id): of these ``kinds``
+        (``job_reclaimed`` selects claims that took a job over from an expired lease), of a
+        job, a tool or a worker, from ``since`` (seconds back, or a time) on."""
         query = EventQuery(
             kinds=tuple(k for k in kinds if k != "job_reclaimed"),
             reclaims="job_reclaimed" in kinds,
@@ -1013,6 +1127,8 @@ class App:
     events_sync = _blocking(events)
     cancel_sync = _blocking(cancel)
     complete_waitpoint_sync = _blocking(complete_waitpoint)
+    answer_waitpoint_sync = _blocking(answer_waitpoint)
+    derived_key_sync = _blocking(derived_key)
     retry_sync = _blocking(retry)
     wait_sync = _blocking(wait)
     wait_many_sync = _blocking(wait_many)

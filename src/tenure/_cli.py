@@ -9,13 +9,17 @@ tenure's data directory. Only ``migrate`` and ``worker`` (and ``enqueue
 missing, so a mistyped DSN gets one line instead of a new schema. Tables are
 rendered with rich; what they show comes from statements that never select
 payloads, results or error messages, so the output is safe to paste into a
-ticket.
+ticket. Every value in them is plain text (never rich markup or an emoji code)
+with its control characters made visible (`_text.printable`), so a key, a
+worker name or a progress message can neither break the table nor drive the
+terminal.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import importlib
 import json
 import math
@@ -33,17 +37,18 @@ from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from ._app import MAX_KEY_LENGTH, MAX_PRIORITY, MAX_WAIT, App
 from ._dsn import dsn_from_environment
-from ._embedded import embedded_notice
-from ._errors import ConfigError, TenureError
+from ._errors import ConfigError, PayloadError, TenureError
 from ._job import Job
 from ._log import configure_logging
 from ._observe._events import JOURNAL_KINDS
 from ._observe._pages import clock, describe_progress, seconds, summarize
 from ._registry import TENANT_MAX, TOOL_NAME_MAX
 from ._store import migrate
+from ._text import json_text, printable
 from ._worker._worker import (
     DEFAULT_CLAIM_BATCH,
     DEFAULT_CONCURRENCY,
@@ -71,13 +76,15 @@ NAME_MAX = 200  # worker names, events --worker
 HOST_MAX = 255
 TARGET_MAX = 300  # MODULE:APP
 DSN_MAX = 8192
+PATH_MAX = 4096  # a file path (tenure mcp --tokens)
 RETENTION = (60.0, 3650 * DAY)  # JournalPrunerConfig's range
 # Spaces between columns, a rule under the header: readable in a terminal and when pasted.
 TABLE: dict[str, Any] = {"box": box.SIMPLE_HEAD, "title_justify": "left"}
 
 
 def load_app(target: str) -> App:
-    """Import ``module:attribute`` and check that it is an App."""
+    """Import ``module:attribute`` and check that it is an App; otherwise a ConfigError
+    naming what is wrong and the module's App objects."""
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise ConfigError(f"expected MODULE:APP (e.g. myapp:app), got {target!r}")
@@ -88,9 +95,22 @@ def load_app(target: str) -> App:
     except Exception as exc:  # the module is the user's: any error importing it is theirs
         raise ConfigError(f"cannot import {module_name!r}: {_one_line(exc)}") from None
     app = getattr(module, attribute, None)
-    if not isinstance(app, App):
-        raise ConfigError(f"{target!r} is not a tenure.App (found {type(app).__name__})")
-    return app
+    if isinstance(app, App):
+        return app
+    found = sorted(name for name, value in vars(module).items() if isinstance(value, App))
+    there = (
+        f"its tenure.App objects: {', '.join(found)}"
+        if found
+        else f"{module_name} defines no tenure.App at its top level"
+    )
+    close = difflib.get_close_matches(attribute, found, n=1)
+    hint = f"; did you mean {module_name}:{close[0]}?" if close else ""
+    if not hasattr(module, attribute):
+        raise ConfigError(f"{module_name} has no attribute {attribute!r} ({there}){hint}")
+    kind = type(app).__name__
+    raise ConfigError(
+        f"{module_name}.{attribute} is of type {kind}, not a tenure.App ({there}){hint}"
+    )
 
 
 def parse_duration(text: str) -> float:
@@ -112,11 +132,22 @@ def _shown(text: str, most: int = 40) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    """An exception as one line: its first non-empty line, else its type's name."""
+    """An exception as one line: its first non-empty line, else its type's name (controls
+    made visible: a message may quote what a caller or a tool wrote)."""
     for line in str(exc).splitlines():
         if line.strip():
-            return line.strip()
+            return printable(line.strip())
     return type(exc).__name__
+
+
+def _error(exc: BaseException) -> str:
+    """What a failed command prints on stderr: one ``tenure: error:`` line, and under it,
+    indented, every problem of a payload that does not fit its tool (the first line only
+    says how many there are)."""
+    lines = [f"tenure: error: {_one_line(exc)}"]
+    if isinstance(exc, PayloadError):
+        lines += [f"  {printable(problem)}" for problem in exc.problems]
+    return "\n".join(lines)
 
 
 def _bounded(
@@ -233,8 +264,16 @@ def _env_choice(name: str, default: str, choices: Sequence[str]) -> str:
 
 
 def _console() -> Console:
-    """stdout; wide when it is not a terminal, so piped tables are not squeezed to 80 columns."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    """stdout; wide when it is not a terminal, so piped tables are not squeezed to 80 columns.
+    It reads no markup and no emoji codes: what it prints is data (see `_row`)."""
+    return Console(
+        highlight=False, markup=False, emoji=False, width=None if sys.stdout.isatty() else 200
+    )
+
+
+def _row(table: Table, *values: str | Text) -> None:
+    """One row of data: each value plain text with its controls made visible."""
+    table.add_row(*(v if isinstance(v, Text) else Text(printable(v)) for v in values))
 
 
 def _since(later: datetime, earlier: datetime | None) -> float | None:
@@ -252,7 +291,8 @@ def jobs_table(jobs: Sequence[Job], now: datetime) -> Table:
     table.add_column("CODE")
     for j in jobs:
         running = j.state == "running"
-        table.add_row(
+        _row(
+            table,
             str(j.id),
             j.tool,
             j.tenant or "-",
@@ -285,7 +325,7 @@ def events_table(events: Iterable[Mapping[str, Any]], *, title: str, with_job: b
         ]
         if not with_job:
             del cells[2]
-        table.add_row(*cells)
+        _row(table, *cells)
     return table
 
 
@@ -300,7 +340,8 @@ def workers_table(workers: Sequence[Mapping[str, Any]]) -> Table:
     table.add_column("TOOLS")
     for w in workers:
         expired = f" ({w['leases_expired']} expired)" if w["leases_expired"] else ""
-        table.add_row(
+        _row(
+            table,
             w["name"],
             w["status"],
             w["host"],
@@ -341,21 +382,31 @@ def job_table(job: Mapping[str, Any]) -> Table:
         "finished": clock(job["finished_at"]),
     }
     for name, value in rows.items():
-        table.add_row(name, value)
+        _row(table, name, value)
     return table
 
 
+# Who may answer a waitpoint, as `tenure jobs show` says it (tenure.states.Answerer).
+ANSWERERS = {
+    "holder": "its token's holder",
+    "caller": "the caller too",
+    "nobody": "nobody (a sleep or child jobs)",
+}
+
+
 def waitpoints_table(waits: Iterable[Mapping[str, Any]]) -> Table:
-    """A job's waitpoints: what it waits for and how long it still may."""
+    """A job's waitpoints: what it waits for, who may answer, how long it still may."""
     table = Table(title="waitpoints", **TABLE)
-    for column in ("NAME", "STATE", "ON TIMEOUT", "TIME LEFT", "OPENED", "ASKS"):
+    for column in ("NAME", "STATE", "ANSWERED BY", "ON TIMEOUT", "TIME LEFT", "OPENED", "ASKS"):
         table.add_column(column, no_wrap=column != "ASKS")
     for w in waits:
         left = seconds(w["seconds_left"]) if w["state"] == "open" else "-"
         asks = "-" if w["request"] is None else json.dumps(w["request"], ensure_ascii=False)
-        table.add_row(
+        _row(
+            table,
             w["name"],
             w["state"],
+            ANSWERERS.get(w["answered_by"], w["answered_by"]),
             w["on_timeout"],
             left,
             w["created_at"].isoformat(timespec="seconds"),
@@ -382,9 +433,6 @@ async def _jobs(app: App, args: argparse.Namespace, console: Console) -> int:
             state=args.state, tool=args.tool, tenant=args.tenant, limit=args.limit
         )
         console.print(jobs_table(jobs, await app.database_time()))
-        notice = embedded_notice()
-        if notice is not None:  # in the pasted table too, not only on stderr
-            console.print(notice, style="yellow")
     elif args.action == "show":
         console.print(job_table(await app.job_detail(args.id)))
         waits = await app.job_waitpoints(args.id)
@@ -481,7 +529,7 @@ async def _doctor(app: App, check_tools: bool, console: Console) -> int:
         table.add_column(column, no_wrap=column != "DETAIL")
     for check in checks:
         style = STATUS_STYLE[check.status]
-        table.add_row(check.name, f"[{style}]{check.status}[/{style}]", check.detail)
+        _row(table, check.name, Text(check.status, style=style), check.detail)
     console.print(table)
     return EXIT_ERROR if any(c.status == "fail" for c in checks) else 0
 
@@ -612,6 +660,20 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _embedded(args: argparse.Namespace) -> int:
+    """Where the embedded server lives and whether it runs; ``--remove`` deletes it."""
+    from ._embedded import EmbeddedPostgres, remove, status
+
+    server = EmbeddedPostgres()
+    if args.remove:
+        for line in remove(server):
+            print(printable(line))
+        return 0
+    for name, value in status(server):
+        print(f"{name:<16}{printable(value)}")
+    return 0
+
+
 def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The worker's event loop: uvloop when asked for, or by default when installed
     (``tenure[uvloop]``; it costs a busy worker less CPU per job), else asyncio's."""
@@ -630,7 +692,7 @@ def _tools(args: argparse.Namespace) -> int:
     """The tools an agent would be shown: no database is needed for this."""
     schemas = _load(args).tool_schemas()
     if args.json:
-        print(json.dumps(schemas, indent=2, ensure_ascii=False))
+        print(json_text(schemas, indent=2))
         return 0
     table = Table(title=f"{len(schemas)} tools of {args.app}", **TABLE)
     for column in ("TOOL", "ARGUMENTS", "DESCRIPTION"):
@@ -639,7 +701,7 @@ def _tools(args: argparse.Namespace) -> int:
         properties = schema["parameters"].get("properties", {})
         required = set(schema["parameters"].get("required", ()))
         arguments = ", ".join(f"{n}{'' if n in required else '?'}" for n in properties)
-        table.add_row(schema["name"], arguments, schema["description"].split("\n\n")[0])
+        _row(table, schema["name"], arguments, schema["description"].split("\n\n")[0])
     _console().print(table)
     return 0
 
@@ -648,7 +710,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr like every other error."""
 
     def error(self, message: str) -> NoReturn:
-        line = message.replace("\r", "\\r").replace("\n", "\\n")
+        line = printable(message)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {line} (see {self.prog} --help)\n")
 
 
@@ -876,6 +938,32 @@ def _parser() -> argparse.ArgumentParser:
         help="with --http: also answer to this Host; repeatable",
     )
     mcp.add_argument(
+        "--principal",
+        type=text(64),
+        default=None,
+        metavar="NAME",
+        help="stdio: who is calling (the host starting this server); its keys, tasks and "
+        "quota outlive the process ($TENURE_MCP_PRINCIPAL)",
+    )
+    mcp.add_argument(
+        "--tokens",
+        type=text(PATH_MAX, printable=False),
+        default=None,
+        metavar="FILE",
+        help="with --http: NAME=TOKEN lines, each bearer token naming its principal "
+        "($TENURE_MCP_TOKENS holds the same entries)",
+    )
+    mcp.add_argument(
+        "--lax-arguments",
+        action="store_true",
+        help="convert a model's trivial slips ('2' for an int) instead of refusing them",
+    )
+    mcp.add_argument(
+        "--trust-trace-context",
+        action="store_true",
+        help="continue a client's trace (_meta traceparent) instead of linking it",
+    )
+    mcp.add_argument(
         "--worker", action="store_true", help="also run a worker in this process (one machine)"
     )
 
@@ -885,23 +973,41 @@ def _parser() -> argparse.ArgumentParser:
         commands.add_parser("chaos", help="run the unpleasant test against your tool and receiver")
     )
 
+    embedded = commands.add_parser(
+        "embedded",
+        help="the embedded PostgreSQL used without a DSN: where it is, whether it runs, its DSN",
+    )
+    embedded.add_argument(
+        "--remove",
+        action="store_true",
+        help="delete it and its data (refused while it runs); as root also the _tenure "
+        "account and the binaries copied for it",
+    )
+
     demo = commands.add_parser("demo", help="run the fault-injection demo on the embedded server")
-    demo.add_argument("--jobs", type=integer(1, 1000), default=24)
-    demo.add_argument("--workers", type=integer(2, 16), default=3)
     demo.add_argument(
+        "--jobs",
+        type=integer(1, 1000),
+        help="tool calls (default 24; not with --pipeline or --agent)",
+    )
+    demo.add_argument(
+        "--workers", type=integer(2, 16), default=3, help="worker processes (every variant)"
+    )
+    variant = demo.add_mutually_exclusive_group()
+    variant.add_argument(
         "--pipeline", action="store_true", help="the review pipeline under SIGKILL instead"
     )
-    demo.add_argument(
-        "--runs", type=integer(1, 200), default=6, help="pipeline runs (with --pipeline)"
+    variant.add_argument(
+        "--agent", action="store_true", help="a pydantic-ai agent's tool call under SIGKILL instead"
     )
     demo.add_argument(
-        "--agent", action="store_true", help="a pydantic-ai agent's tool call under SIGKILL instead"
+        "--runs", type=integer(1, 200), help="pipeline runs (default 6; only with --pipeline)"
     )
     demo.add_argument(
         "--linger",
         type=number(0, DAY),
         default=0.0,
-        help="keep the dashboard up this long after the report",
+        help="keep the dashboard up this long after the report (every variant)",
     )
     return parser
 
@@ -933,13 +1039,9 @@ def _run(args: argparse.Namespace) -> int:
         _check_chaos(args)
         return chaos_command(args)
     if args.command == "demo":
-        from ._demo import run_agent_demo, run_demo, run_pipeline_demo
+        from ._demo import demo_command
 
-        if args.agent:
-            return run_agent_demo(workers=args.workers, dsn=args.dsn)
-        if args.pipeline:
-            return run_pipeline_demo(runs=args.runs, workers=args.workers, dsn=args.dsn)
-        return run_demo(jobs=args.jobs, workers=args.workers, linger=args.linger, dsn=args.dsn)
+        return demo_command(args)
     if args.command == "migrate":
         app = App(args.dsn, migrate=False)
         try:
@@ -956,6 +1058,8 @@ def _run(args: argparse.Namespace) -> int:
         return _dashboard(args)
     if args.command == "mcp":
         return _mcp(args)
+    if args.command == "embedded":
+        return _embedded(args)
     target = _load(args) if getattr(args, "app", None) else None
     app = target or App(args.dsn, migrate=False)
     # Only `enqueue --migrate` creates tables; a mistyped DSN gets NO_SCHEMA instead, and
@@ -977,7 +1081,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = _parser()
     except ConfigError as exc:  # a malformed TENURE_* default
-        print(f"tenure: error: {exc}", file=sys.stderr)
+        print(_error(exc), file=sys.stderr)
         return EXIT_USAGE
     args = parser.parse_args(argv)
     log_format = args.log_format or os.environ.get("TENURE_LOG_FORMAT", "text")
@@ -994,7 +1098,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TenureError, OSError, psycopg.Error) as exc:
         if args.debug:
             raise
-        print(f"tenure: error: {_one_line(exc)}", file=sys.stderr)
+        print(_error(exc), file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:  # a bug, or input nothing above foresaw: still one line
         if args.debug:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
 from ._errors import ConfigError, PayloadError, PolicyError, WaitTimeout
 from ._job import Job
-from ._states import OnTimeout, OwnershipState
+from ._states import Answerer, OnTimeout, OwnershipState
 from ._waitpoint import Suspend, WaitKind, Waitpoint, derive_token
 from ._waitpoint import request_json as waitpoint_request
 from ._waitpoint import waitpoint as make_waitpoint
@@ -224,17 +224,42 @@ class Context:
         self._progress(progress_json(done, total, message))
 
     def waitpoint(
-        self, name: str, *, timeout: float = 24 * 3600.0, on_timeout: OnTimeout = "resume"
+        self,
+        name: str,
+        *,
+        timeout: float = 24 * 3600.0,
+        on_timeout: OnTimeout = "resume",
+        answer: Any = None,
+        answered_by: Answerer = "holder",
     ) -> Waitpoint:
         """This call's waitpoint ``name``: pending (hand ``wp.token`` out, then
         `suspend`), or, when the call was resumed, ``answered`` (``wp.answer``) or
         ``timed_out``. The token is the same on every attempt. ``timeout`` (seconds,
-        1 s to a year) is how long it may stay open; then the job is resumed with
-        ``wp.timed_out`` (``on_timeout="resume"``) or fails (``"fail"``)."""
+        1 s to a year) is how long it may stay open (an answer after it is refused);
+        then the job is resumed with ``wp.timed_out`` (``on_timeout="resume"``) or
+        fails (``"fail"``). After a retry (`App.retry`), a waitpoint that closed
+        without an answer is pending again, and suspending opens it again.
+
+        ``answer`` declares the answer's type (a TypedDict, a pydantic model, a
+        dataclass, ``bool``, a ``Literal``...): ``wp.answer`` is then that type, and an
+        answer that does not fit it raises PayloadError here. ``answered_by`` says who may
+        answer: ``"holder"`` (the default), only whoever holds ``wp.token``, a person or a
+        service; ``"caller"``, the job's caller too, without the token (over MCP its
+        client is asked, by elicitation, with a form built from ``answer``, which must
+        then be a flat object of strings, numbers, booleans and enums, or one of those;
+        default ``str``). Never declare ``"caller"`` for a decision the calling agent
+        must not take itself: an approval, a sign-off."""
         if self._waitpoint_secret is None:
             raise ConfigError("this context has no waitpoint secret (not run by a worker)")
         return make_waitpoint(
-            self._waitpoint_secret, self.job_id, self._waitpoints, name, timeout, on_timeout
+            self._waitpoint_secret,
+            self.job_id,
+            self._waitpoints,
+            name,
+            timeout,
+            on_timeout,
+            answer,
+            answered_by,
         )
 
     def suspend(self, waitpoint: Waitpoint, *, request: Any = None) -> NoReturn:
@@ -458,8 +483,13 @@ class Context:
     ) -> Waitpoint:
         if self._waitpoint_secret is None:
             raise ConfigError("this context has no waitpoint secret (not run by a worker)")
+        # The row needs a token (its hash is the waitpoints' lookup key), derived like any
+        # waitpoint's; it answers nothing: complete_waitpoint ends only kind 'answer', and
+        # this one is answered by nobody (its deadline, or its children, end it).
         token = derive_token(self._waitpoint_secret, self.job_id, name)
-        return Waitpoint(name, token, seconds, "resume", kind=kind, children=children)
+        return Waitpoint(
+            name, token, seconds, "resume", answered_by="nobody", kind=kind, children=children
+        )
 
     def _begin_step(self, name: str, index: int | None, kind: StepKind) -> tuple[str, Checkpoints]:
         """The step's recorded name, claimed for this attempt, and the attempt's steps."""
@@ -503,14 +533,10 @@ def progress_json(done: float, total: float | None, message: str | None) -> str:
     for name, value in (("done", done), ("total", total)):
         if value is None and name == "total":
             continue
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise PayloadError(f"progress {name} must be a finite number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
+            raise PayloadError(f"progress {name} must be a finite number, got {_shown(value)}")
         if value < 0:
-            raise PayloadError(f"progress {name} must not be negative, got {value!r}")
+            raise PayloadError(f"progress {name} must not be negative, got {_shown(value)}")
     if message is not None:
         if not isinstance(message, str):
             raise PayloadError(f"progress message must be text, got {type(message).__name__}")
@@ -521,3 +547,21 @@ def progress_json(done: float, total: float | None, message: str | None) -> str:
             )
         message = message.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
     return json.dumps({"done": done, "total": total, "message": message}, allow_nan=False)
+
+
+def _finite(value: float) -> bool:
+    """Whether ``value`` is a number a float can hold: an int past the float range
+    (10**400) is refused like infinity, instead of raising OverflowError."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _shown(value: object) -> str:
+    """A bad value for an error message: a huge int by its size (its repr would be
+    thousands of digits, or raise ValueError past Python's conversion limit)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

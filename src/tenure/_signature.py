@@ -28,6 +28,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from ._docstring import split as split_docstring
 from ._errors import PayloadError, PolicyError
 from ._payload import MAX_PAYLOAD_BYTES, encode
 
@@ -57,10 +58,19 @@ class Contract:
 
     # -- enqueue -------------------------------------------------------------------
 
-    def validate(self, payload: Any, what: str = "payload", limit: int = MAX_PAYLOAD_BYTES) -> str:
+    def validate(
+        self,
+        payload: Any,
+        what: str = "payload",
+        limit: int = MAX_PAYLOAD_BYTES,
+        *,
+        lax: bool = False,
+    ) -> str:
         """The canonical JSON of the validated payload, or PayloadError listing every
         problem. Pydantic models, dataclasses, dates and the like given by a Python
-        caller are accepted in their JSON form."""
+        caller are accepted in their JSON form. ``lax``: pydantic's lax mode, for a
+        model's arguments (``"2"`` for an ``int``, ``"true"`` for a ``bool``); what is
+        stored is the converted JSON, so the tool gets the type it declared."""
         if not isinstance(payload, Mapping):
             raise PayloadError(f"{what} for {self.tool!r} must be a JSON object (a dict)")
         try:
@@ -74,7 +84,7 @@ class Contract:
             raise PayloadError(f"{what} for {self.tool!r} is not JSON: {first}") from None
         text = encode(jsonable, what, limit)
         try:
-            checked = self.arguments.model_validate_json(text, strict=True)
+            checked = self.arguments.model_validate_json(text, strict=not lax)
         except pydantic.ValidationError as exc:
             raise _payload_error(self.tool, what, exc) from None
         stored = checked.model_dump(mode="json", by_alias=True, exclude_unset=True)
@@ -132,6 +142,34 @@ class Contract:
         """JSON Schema of the result, or None when the tool's result is untyped."""
         return None if self.result is None else self.result.json_schema(mode="serialization")
 
+    def output_schema(self) -> dict[str, Any] | None:
+        """The result as a JSON object's schema (MCP's ``outputSchema``: an object at the
+        root), or None when the result is untyped. A result that is not an object (an
+        ``int``, a list, ``X | None``) is the object's one property ``result``."""
+        schema = self.result_schema()
+        if schema is None:
+            return None
+        if schema.get("type") == "object":
+            return schema
+        schema = dict(schema)
+        defs = schema.pop("$defs", None)
+        wrapped: dict[str, Any] = {
+            "type": "object",
+            "properties": {"result": schema},
+            "required": ["result"],
+        }
+        if defs:
+            wrapped["$defs"] = defs
+        return wrapped
+
+    def structured(self, value: Any) -> dict[str, Any] | None:
+        """A succeeded result as the object `output_schema` describes (None: untyped and
+        not an object, so there is nothing structured to give)."""
+        schema = self.result_schema()
+        if schema is None:
+            return value if isinstance(value, dict) else None
+        return value if schema.get("type") == "object" else {"result": value}
+
 
 def _payload_error(tool: str, what: str, exc: pydantic.ValidationError) -> PayloadError:
     lines = []
@@ -165,6 +203,7 @@ def build_contract(name: str, fn: Callable[..., Any]) -> Contract:
         raise PolicyError(
             f"tool {name!r}: its annotations cannot be resolved ({type(exc).__name__}: {exc})"
         ) from None
+    description, described = split_docstring(inspect.getdoc(fn) or "")
     fields: dict[str, Any] = {}
     names: list[str] = []
     keyword_only: set[str] = set()
@@ -191,7 +230,10 @@ def build_contract(name: str, fn: Callable[..., Any]) -> Contract:
         # Fields are named by position and aliased by the parameter's name, so that any
         # name a function may take (``json``, ``schema``, ``_private``) is an argument,
         # never a clash with pydantic's own attributes.
-        fields[f"a{len(names)}"] = (annotation, pydantic.Field(default, alias=param.name))
+        fields[f"a{len(names)}"] = (
+            annotation,
+            pydantic.Field(default, alias=param.name, description=described.get(param.name)),
+        )
         names.append(param.name)
         if param.kind is inspect.Parameter.KEYWORD_ONLY:
             keyword_only.add(param.name)
@@ -211,7 +253,7 @@ def build_contract(name: str, fn: Callable[..., Any]) -> Contract:
     result_type = hints.get("return", _ANY)
     return Contract(
         tool=name,
-        description=inspect.getdoc(fn) or "",
+        description=description,
         arguments=arguments,
         names=tuple(names),
         positional=positional,
@@ -230,19 +272,23 @@ def _identifier(name: str) -> str:
 
 def result_adapter(tool: str, annotation: Any) -> TypeAdapter[Any]:
     """A TypeAdapter for a return annotation, refused now when it cannot become JSON."""
+    return json_adapter(f"tool {tool!r}: its return type", annotation)[0]
+
+
+def json_adapter(what: str, annotation: Any) -> tuple[TypeAdapter[Any], dict[str, Any]]:
+    """A TypeAdapter for ``annotation`` and its JSON Schema (serialized form); PolicyError
+    saying ``what`` cannot become JSON when it cannot."""
     try:
         adapter: TypeAdapter[Any] = TypeAdapter(annotation)
-        adapter.json_schema(mode="serialization")
+        schema = adapter.json_schema(mode="serialization")
     except (
         pydantic.PydanticUserError,
         pydantic.errors.PydanticSchemaGenerationError,
         pydantic.errors.PydanticInvalidForJsonSchema,
     ) as exc:
         first = str(exc).splitlines()[0]
-        raise PolicyError(
-            f"tool {tool!r}: its return type {annotation!r} cannot become JSON ({first})"
-        ) from None
-    return adapter
+        raise PolicyError(f"{what} {annotation!r} cannot become JSON ({first})") from None
+    return adapter, schema
 
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import time
 from typing import Any
 
@@ -177,6 +178,16 @@ def build_app(dsn: str | None = None) -> App:
                 note(marker, "observed_cancel", ctx)
                 raise RetryableError("stopped because ctx.cancelled was set")
             time.sleep(POLL)
+        note(marker, "finished", ctx)
+        return identity(ctx)
+
+    @tool()
+    async def gated(ctx: Context, gate: str, marker: str | None = None) -> dict[str, Any]:
+        """Waits until the file ``gate`` exists, then returns: the call ends when the test
+        says so, however loaded the machine is."""
+        note(marker, "started", ctx)
+        while not os.path.exists(gate):
+            await asyncio.sleep(POLL)
         note(marker, "finished", ctx)
         return identity(ctx)
 

@@ -13,7 +13,11 @@ commit, the worst moment for exactly-once.
 
 ``approve`` waits at a waitpoint for a person: it hands the token out by
 writing it to ``marker`` and suspends; called again with the answer, it
-returns it.
+returns it. ``confirm`` asks its caller instead (``answered_by="caller"``), for
+a typed answer (`Size`): over MCP its client is asked, with a form.
+
+``MCP_APP_QUOTA`` (an integer) gives every MCP caller's tenant that quota of
+queued jobs (``app.quota("mcp:*", N)``).
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import TypedDict
+from pathlib import Path
+from typing import Literal, NotRequired
 
 import httpx
+from typing_extensions import TypedDict
 
 from tenure import App, Context
 from tenure.fence import raise_for_fence
@@ -44,12 +50,34 @@ def note(path: str, what: str) -> None:
         f.write(f"{what}\n")
 
 
-def build_app(dsn: str | None = None) -> App:
+class Size(TypedDict):
+    """What ``confirm`` asks its caller."""
+
+    approved: bool
+    size: Literal["S", "M", "L"]
+    note: NotRequired[str]
+
+
+def build_app(dsn: str | None = None, quota: int | None = None) -> App:
     app = App(dsn)
+    if quota is None and os.environ.get("MCP_APP_QUOTA"):
+        quota = int(os.environ["MCP_APP_QUOTA"])
+    if quota is not None:
+        app.quota("mcp:*", quota)
 
     @app.tool(**LEASE, max_attempts=5, backoff=0.05)
-    async def open_case(ctx: Context, title: str, hold: bool = False) -> dict[str, int]:
-        """Open a case at the example case service, exactly once."""
+    async def open_case(
+        ctx: Context, title: str, hold: bool = False, gate: str = ""
+    ) -> dict[str, int]:
+        """Open a case at the example case service, exactly once.
+
+        Args:
+            title: The case's title.
+            hold: Stop the first attempt right after the case was opened, for good.
+            gate: A file to wait for before opening it (none: open it at once).
+        """
+        while gate and not Path(gate).exists():
+            await asyncio.sleep(0.05)  # the test opens the gate when it is ready
         async with httpx.AsyncClient(base_url=os.environ["MCP_APP_RECEIVER"], timeout=10) as c:
             response = await c.post(
                 "/cases", json={"title": title}, auth=ctx.http_auth("open_case")
@@ -107,6 +135,14 @@ def build_app(dsn: str | None = None) -> App:
             note(marker, wp.token)  # handed to whoever decides
             ctx.suspend(wp, request={"amount": amount})
         return f"{amount}: {wp.answer}"
+
+    @app.tool(**LEASE, max_attempts=1)
+    async def confirm(ctx: Context, item: str) -> dict[str, object]:
+        """Ask the caller to confirm ``item`` and its size; return its typed answer."""
+        wp = ctx.waitpoint("size", timeout=600, answered_by="caller", answer=Size)
+        if wp.pending:
+            ctx.suspend(wp, request={"item": item})
+        return {"item": item, **wp.answer}
 
     return app
 

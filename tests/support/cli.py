@@ -1,8 +1,9 @@
 """The ``tenure`` command as a real subprocess, and what its failures must look like.
 
-A failing command prints exactly one line on stderr (``tenure: error: ...``),
-exits non-zero, and never shows a traceback or asyncio's "Future exception was
-never retrieved" (printed when a failed future is collected, after the error line).
+A failing command prints one error line on stderr (``tenure: error: ...``), under
+it only the indented problems of a payload that does not fit its tool, exits
+non-zero, and never shows a traceback or asyncio's "Future exception was never
+retrieved" (printed when a failed future is collected, after the error line).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from .workers import REPO_ROOT
 
-__all__ = ["assert_one_line_error", "run_tenure"]
+__all__ = ["assert_clean_error", "assert_one_line_error", "run_tenure"]
 
 TIMEOUT = 60.0
 
@@ -47,11 +48,23 @@ def run_tenure(
 
 def assert_one_line_error(done: subprocess.CompletedProcess[bytes], *expected: str) -> str:
     """The command failed cleanly: non-zero exit, one line on stderr holding ``expected``."""
-    err = done.stderr.decode("utf-8", "replace")
-    shown = f"rc={done.returncode}\nstderr:\n{err}\nstdout:\n{done.stdout[-2000:]!r}"
-    assert done.returncode != 0, shown
+    head = assert_clean_error(done.returncode, done.stderr, done.stdout, *expected)
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    return head
+
+
+def assert_clean_error(code: int, stderr: bytes | str, stdout: bytes | str, *expected: str) -> str:
+    """A failure as the command must show it: a non-zero exit, nothing on stdout, one error
+    line on stderr holding ``expected`` and under it nothing but indented problems; no
+    traceback. Returns the error line."""
+    err = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr
+    shown = f"rc={code}\nstderr:\n{err}\nstdout:\n{stdout[-2000:]!r}"
+    assert code != 0, shown
     assert "Traceback" not in err and "never retrieved" not in err, shown
-    assert len(err.splitlines()) == 1 and err.endswith("\n"), shown
+    head, *problems = err.splitlines() or [""]
+    assert head.startswith("tenure") and ": error: " in head and err.endswith("\n"), shown
+    assert all(line.startswith("  ") for line in problems), shown
     for text in expected:
-        assert text in err, shown
-    return err.strip()
+        assert text in head, shown
+    assert not stdout, shown
+    return head

@@ -48,6 +48,7 @@ class Example:
     runner: str
     code: str
     shown: str | None
+    language: str = "python"  # the block's fence: ```python, or ```sql for a database's part
 
     @property
     def where(self) -> str:
@@ -74,6 +75,7 @@ def examples() -> dict[str, Example]:
                 runner=match["runner"],
                 code=match["code"],
                 shown=match["shown"],
+                language=match["lang"] or "python",
             )
     return found
 

@@ -1,4 +1,5 @@
-"""What a helper process (a pooler, say) needs to reach the server a test DSN names."""
+"""What a helper process (a pooler, say) needs to reach the server a test DSN names, and a
+server of a test's own to stop, crash and restart."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from psycopg.conninfo import conninfo_to_dict
+
+from tenure._embedded import EmbeddedPostgres
+from tenure._store import migrate
 
 
 def dsn_password(dsn: str) -> str:
@@ -75,3 +79,17 @@ def run_as(
         timeout=60,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def private_server(prefix: str, port: int = 5432) -> Iterator[EmbeddedPostgres]:
+    """An embedded PostgreSQL of the test's own, tenure migrated in, for a test to stop,
+    crash and restart; stopped and removed afterwards. It listens on a Unix socket in its
+    own directory only, so ``port`` names the socket and never clashes with a neighbour."""
+    with traversable_temp_dir(prefix) as root:
+        server = EmbeddedPostgres(root / "data", port=port)
+        try:
+            migrate(server.start())
+            yield server
+        finally:
+            server.stop()

@@ -1,7 +1,7 @@
 import pytest
 
 from tenure import PayloadError
-from tenure._payload import MAX_DEPTH, encode
+from tenure._payload import MAX_DEPTH, decode, encode
 
 
 @pytest.mark.parametrize(
@@ -41,3 +41,26 @@ def test_depth_and_size_are_capped() -> None:
         encode(deep)
     with pytest.raises(PayloadError, match="limit is 10 bytes"):
         encode({"x": "0123456789"}, limit=10)
+
+
+def test_text_from_outside_is_decoded_within_its_caps_before_it_is_parsed() -> None:
+    """A body 100,000 brackets deep is refused by counting, not by exhausting the
+    parser's recursion (json.loads raised RecursionError on it: a 500 at the webhook)."""
+    assert decode(b'{"a": ["x]\\\\", "[[[", {"b": null}]}') == {"a": ["x]\\", "[[[", {"b": None}]}
+    assert decode(b"") is None
+    deep = b"[" * MAX_DEPTH + b"]" * MAX_DEPTH
+    assert decode(deep) is not None
+    for hostile in (b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 100_000, b"[" * (MAX_DEPTH + 1)):
+        with pytest.raises(PayloadError, match="nested deeper than"):
+            decode(hostile)
+    for bad, reason in (
+        (b"{not json", "not JSON"),
+        (b"\xff", "not JSON"),
+        (b'"\\u0000"', "NUL"),
+        (b"NaN", "JSON cannot represent"),
+        (b'"' + b'\\"' * 1000, "not JSON"),
+    ):
+        with pytest.raises(PayloadError, match=reason):
+            decode(bad)
+    with pytest.raises(PayloadError, match="limit is 4 bytes"):
+        decode(b"[1,2]", limit=4)

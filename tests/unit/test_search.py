@@ -71,6 +71,9 @@ def test_a_cursor_it_did_not_hand_out_is_refused(cursor: str) -> None:
         ({"limit": 0}, "limit"),
         ({"limit": 501}, "limit"),
         ({"stat": "failed"}, "unknown filter stat"),
+        ({"tool": "\x00"}, "tool holds a NUL"),  # PostgreSQL refuses NUL in text
+        ({"tenant": "acme\x00"}, "tenant holds a NUL"),
+        ({"key": "k\ud800"}, "key holds a NUL or a lone surrogate"),  # not UTF-8
     ],
 )
 def test_bad_filters_are_refused_naming_the_filter(

@@ -155,3 +155,122 @@ def test_a_plan_is_checked_with_the_same_validator() -> None:
         "step 1 (book): where: Input should be an object (got 'Oslo')",
         "step 1 (book): window: Field required",
     )
+
+
+def google(ctx: Context, customer_id: str, summary: str, *, urgent: bool = False) -> int:
+    """Open a support case.
+
+    Once, however often the call is retried.
+
+    Args:
+        customer_id: The customer's id,
+            as the CRM spells it.
+        summary (str): What went wrong, in one line.
+        urgent: Page the on-call team.
+
+    Returns:
+        The case id.
+    """
+    return 1
+
+
+def numpy(ctx: Context, customer_id: str, summary: str, urgent: bool = False) -> int:
+    """Open a support case.
+
+    Parameters
+    ----------
+    customer_id : str
+        The customer's id,
+        as the CRM spells it.
+    summary : str
+        What went wrong, in one line.
+    urgent : bool, optional
+        Page the on-call team.
+
+    Returns
+    -------
+    int
+        The case id.
+    """
+    return 1
+
+
+def sphinx(ctx: Context, customer_id: str, summary: str, urgent: bool = False) -> int:
+    """Open a support case.
+
+    :param customer_id: The customer's id,
+        as the CRM spells it.
+    :param str summary: What went wrong, in one line.
+    :type summary: str
+    :param urgent: Page the on-call team.
+    :returns: The case id.
+    """
+    return 1
+
+
+@pytest.mark.parametrize("fn", [google, numpy, sphinx], ids=lambda f: f.__name__)
+def test_a_docstrings_parameter_section_becomes_the_parameters_descriptions(fn: Any) -> None:
+    """Google ``Args:``, NumPy ``Parameters`` and Sphinx ``:param:``: every adapter shows the
+    model each parameter's own words (the schema is `app.tool_schema`'s), and the section
+    leaves the tool's description, which keeps the rest of the docstring."""
+    schema = app_with(fn).tool_schema(fn.__name__)
+    properties = schema["parameters"]["properties"]
+    assert properties["customer_id"]["description"] == "The customer's id, as the CRM spells it."
+    assert properties["summary"]["description"] == "What went wrong, in one line."
+    assert properties["urgent"]["description"] == "Page the on-call team."
+    assert schema["description"].startswith("Open a support case.")
+    assert "customer_id" not in schema["description"]
+    assert "The case id." in schema["description"]
+
+
+def test_a_docstring_without_a_parameter_section_is_kept_whole() -> None:
+    def plain(ctx: Context, text: str) -> str:
+        """Echo it.
+
+        Args: are mentioned in passing, not a section."""
+        return text
+
+    schema = app_with(plain).tool_schema("plain")
+    assert schema["description"] == "Echo it.\n\nArgs: are mentioned in passing, not a section."
+    assert "description" not in schema["parameters"]["properties"]["text"]
+
+
+def test_a_typed_result_has_an_object_schema_and_its_structured_form() -> None:
+    app = app_with(book)
+    assert app.output_schema("book") == app.tools["book"].contract.result_schema()
+    assert app.structured_result("book", {"city": "Oslo", "zip": 1}) == {"city": "Oslo", "zip": 1}
+    counted = app_with(google)
+    assert counted.output_schema("google") == {
+        "type": "object",
+        "properties": {"result": {"type": "integer"}},
+        "required": ["result"],
+    }
+    assert counted.structured_result("google", 7) == {"result": 7}
+
+    def nested(ctx: Context) -> list[Window]:
+        return []
+
+    wrapped = app_with(nested).output_schema("nested")
+    assert wrapped is not None and "Window" in wrapped["$defs"]
+    assert wrapped["properties"]["result"]["items"] == {"$ref": "#/$defs/Window"}
+
+    def untyped(ctx: Context):  # type: ignore[no-untyped-def]
+        return None
+
+    loose = app_with(untyped)
+    assert loose.output_schema("untyped") is None
+    assert loose.structured_result("untyped", {"a": 1}) == {"a": 1}
+    assert loose.structured_result("untyped", 3) is None
+
+
+def test_lax_arguments_convert_a_models_trivial_slips_and_the_rest_is_still_refused() -> None:
+    app = app_with(google)
+    assert app.coerce_arguments(
+        "google", {"customer_id": "c-7", "summary": "x", "urgent": "true"}
+    ) == {"customer_id": "c-7", "summary": "x", "urgent": True}
+    with pytest.raises(tenure.PayloadError) as strict:
+        app.tools["google"].validate({"customer_id": "c-7", "summary": "x", "urgent": "true"})
+    assert strict.value.problems
+    with pytest.raises(tenure.PayloadError) as still:
+        app.coerce_arguments("google", {"customer_id": 7, "summary": "x", "urgent": "maybe"})
+    assert len(still.value.problems) == 2, still.value.problems

@@ -179,6 +179,8 @@ class FaultProxy:
         self._bytes_dropped = 0
         self._port: int | None = None
         self._conns: set[_Connection] = set()
+        # Every accepted socket until its handler has run to its end (see _main).
+        self._accepted: dict[socket.socket, asyncio.Task[None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop_event: asyncio.Event | None = None
@@ -349,28 +351,75 @@ class FaultProxy:
                 raise
 
     async def _main(self, ready: concurrent.futures.Future[int]) -> None:
-        self._loop = asyncio.get_running_loop()
+        """Accept and serve until stopped, then close every socket accepted.
+
+        The proxy accepts with a reader callback of its own, not asyncio's server: a
+        connection asyncio had accepted but not yet handed to a handler when its server
+        closed was never closed (its task cancelled before it ran, or its transport
+        refused by the closed server), and its socket, collected later, raised
+        ResourceWarning in whatever test happened to run then. Here every socket is in
+        `_accepted` from the moment accept() returns it, and shutdown closes what is left.
+        """
+        loop = self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
         self._flowing = asyncio.Event()
         if self._mode != "hold":
             self._flowing.set()
-        server = await asyncio.start_server(
-            self._handle, self._listen_host, self._listen_port, reuse_address=True
-        )
+        family = socket.AF_INET6 if ":" in self._listen_host else socket.AF_INET
+        listener = socket.create_server((self._listen_host, self._listen_port), family=family)
+        listener.setblocking(False)
+        loop.add_reader(listener.fileno(), self._accept, listener)
         try:
-            ready.set_result(server.sockets[0].getsockname()[1])
+            ready.set_result(listener.getsockname()[1])
             await self._stop_event.wait()
         finally:
-            server.close()
+            loop.remove_reader(listener.fileno())
+            listener.close()
             for conn in list(self._conns):
                 conn.abort(rst=False)
-            await server.wait_closed()
-            # Let the connection handlers notice and finish cleanly; asyncio.run
-            # cancels whatever is still left.
-            current = asyncio.current_task()
-            others = [t for t in asyncio.all_tasks() if t is not current]
-            if others:
-                await asyncio.wait(others, timeout=1.0)
+            # Let the connection handlers notice and finish cleanly, then cancel the rest;
+            # a socket whose handler never got to run is closed here.
+            tasks = list(self._accepted.values())
+            if tasks:
+                await asyncio.wait(tasks, timeout=1.0)
+                for task in tasks:
+                    task.cancel()
+                await asyncio.wait(tasks)
+            for sock in list(self._accepted):
+                sock.close()
+            self._accepted.clear()
+            await asyncio.sleep(0)  # transports aborted above close their sockets now
+
+    def _accept(self, listener: socket.socket) -> None:
+        """The listener is readable: take every waiting connection, each with its handler."""
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except OSError:  # none left (BlockingIOError), or one reset before it was taken
+                return
+            sock.setblocking(False)
+            self._accepted[sock] = asyncio.create_task(self._serve(sock))
+
+    async def _serve(self, sock: socket.socket) -> None:
+        """One accepted socket, wrapped in streams and handled; closed whatever happens."""
+        try:
+            try:
+                reader, writer = await asyncio.open_connection(sock=sock)
+            except BaseException:
+                sock.close()
+                raise
+            try:
+                await self._handle(reader, writer)
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()  # a graceful close flushes what is buffered
+            except Exception as exc:  # what asyncio's server did with a handler's error
+                asyncio.get_running_loop().call_exception_handler(
+                    {"message": "FaultProxy connection handler failed", "exception": exc}
+                )
+            finally:
+                writer.transport.abort()  # stopped before its close completed; else a no-op
+        finally:
+            self._accepted.pop(sock, None)
 
     def _apply_mode(self, mode: str, delay: float) -> None:
         self._mode = mode

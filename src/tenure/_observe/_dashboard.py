@@ -8,10 +8,10 @@ loopback address (`check_bind` refuses anything else). With one, every page
 asks for it once (a signed, HttpOnly, SameSite=Strict session cookie follows,
 valid until logout or twelve hours), /metrics and the JSON endpoints also take
 ``Authorization: Bearer <token>``, and cancel/retry are enabled — each form
-carries a CSRF token bound to the session, and a cross-origin ``Origin`` is
-refused as well. Either way every request must name this server in its Host
-header (`HostCheck`): DNS rebinding cannot turn a visited page into a reader of
-a loopback dashboard.
+carries a CSRF token bound to the session. Either way every request must name
+this server in its Host header (`HostCheck`): DNS rebinding cannot turn a
+visited page into a reader of a loopback dashboard; and a request a browser
+sends from another origin is refused on every bind (`OriginCheck`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,15 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from .._errors import ConfigError, InvalidSearch, JobNotFound, PayloadError
-from .._payload import MAX_PAYLOAD_BYTES
+from .._errors import (
+    ConfigError,
+    InvalidSearch,
+    JobNotFound,
+    PayloadError,
+    PermissionDenied,
+    StoreError,
+)
+from .._payload import MAX_PAYLOAD_BYTES, decode
 from .._search import page_of
 from .._store import Store
 from .._waitpoint import answer_json, token_hash
@@ -43,6 +50,7 @@ from . import _explorer, _pages, _picture, _queues_page, _run_page, _workers_pag
 from ._http import (
     HostCheck,
     MetricsState,
+    OriginCheck,
     ServerThread,
     allowed_names,
     is_loopback,
@@ -66,7 +74,8 @@ MAX_WAITPOINT_TOKEN = 200
 DASHBOARD_CONNECTIONS = 4
 RUNNING_LIMIT = 200
 EVENTS_LIMIT = 40
-RUNS_LIMIT = 10
+RUNS_LIMIT = 10  # on the overview
+RUNS_PAGE = 100  # on /pipelines
 CHART_WINDOW = 15 * 60.0
 CHART_BUCKET = 30.0
 CHART_CAP = 100_000
@@ -191,15 +200,6 @@ async def _fields(request: Request, max_bytes: int, max_fields: int) -> dict[str
         return {}
 
 
-def _same_origin(request: Request) -> bool:
-    """A browser's Origin (when sent) must be this server; other origins are CSRF attempts."""
-    origin = request.headers.get("origin")
-    if origin is None or origin == "null":
-        return origin is None
-    _, scheme_ends, authority = origin.partition("://")
-    return bool(scheme_ends) and authority == request.headers.get("host", "")
-
-
 class _Guard(BaseHTTPMiddleware):
     """Authentication for everything but the login page and static files; security headers."""
 
@@ -256,6 +256,40 @@ async def _overview_fragments(request: Request) -> dict[str, str]:
         "charts": await request.app.state.charts.render(store),
         "pipelines": _pages.pipelines_table(await store.pipeline_runs(RUNS_LIMIT)),
     }
+
+
+async def _pipelines_fragments(request: Request) -> dict[str, str]:
+    return {"pipelines": _pages.pipelines_table(await _store(request).pipeline_runs(RUNS_PAGE))}
+
+
+async def pipelines_page(request: Request) -> Response:
+    """Every pipeline run (the newest RUNS_PAGE), one table row each; graphs on run pages."""
+    body = _pages.pipelines_body((await _pipelines_fragments(request))["pipelines"])
+    return _html(request, "pipelines", body, "/api/pipelines")
+
+
+async def pipelines_api(request: Request) -> Response:
+    return JSONResponse(await _pipelines_fragments(request))
+
+
+async def run_page(request: Request) -> Response:
+    """One run: its graph, each stage box a link to its job."""
+    run_id = request.path_params["run_id"]
+    run = await _store(request).pipeline_run(run_id)
+    if run is None:
+        return HTMLResponse(
+            _pages.page("not found", f"<p>No run {run_id}.</p>", poll="", interval=0, csrf=None),
+            status_code=404,
+        )
+    body = _pages.pipeline_run_body(run, _pages.pipeline_run(run))
+    return _html(request, f"run {run_id}", body, f"/api/pipelines/{run_id}")
+
+
+async def run_api(request: Request) -> Response:
+    run = await _store(request).pipeline_run(request.path_params["run_id"])
+    if run is None:
+        return JSONResponse({"error": "no such run"}, status_code=404)
+    return JSONResponse({"run": _pages.pipeline_run(run), "run-state": _pages.h(run["state"])})
 
 
 async def _job_fragments(request: Request, job_id: int) -> dict[str, str]:
@@ -366,7 +400,7 @@ async def job_api(request: Request) -> Response:
         return JSONResponse({"error": "no such job"}, status_code=404)
 
 
-async def run_page(request: Request) -> Response:
+async def durable_run_page(request: Request) -> Response:
     """A durable run's steps on one time axis, its tools' jobs, its totals (_run_page)."""
     job_id = request.path_params["job_id"]
     try:
@@ -381,7 +415,7 @@ async def run_page(request: Request) -> Response:
     )
 
 
-async def run_api(request: Request) -> Response:
+async def durable_run_api(request: Request) -> Response:
     try:
         return JSONResponse(await _run_page.run_fragments(_store(request), _job_id(request)))
     except JobNotFound:
@@ -417,8 +451,8 @@ NOTICES = {
 
 
 def _refused(request: Request, form: dict[str, str]) -> Response | None:
-    """Why an action may not run (403), or None: it needs an access token, a session, the
-    session's CSRF token in the form and a same-origin request."""
+    """Why an action may not run (403), or None: it needs an access token, a session and
+    the session's CSRF token in the form (a cross-origin request never gets this far)."""
     sessions: _Sessions = request.app.state.sessions
     if sessions.token is None:
         return JSONResponse(
@@ -427,7 +461,7 @@ def _refused(request: Request, form: dict[str, str]) -> Response | None:
         )
     expected = sessions.csrf(sessions.session(request))
     given = form.get("csrf", "")
-    if expected is None or not _same(given, expected) or not _same_origin(request):
+    if expected is None or not _same(given, expected):
         return JSONResponse({"error": "CSRF check failed"}, status_code=403)
     return None
 
@@ -512,14 +546,27 @@ async def answer_waitpoint(request: Request) -> Response:
         if len(body) > MAX_PAYLOAD_BYTES:
             return JSONResponse({"error": "the answer is too large"}, status_code=413)
     try:
-        answer = json.loads(body or b"null")
-        text = answer_json(answer)
-    except (ValueError, PayloadError):
-        return JSONResponse({"error": "the answer must be JSON"}, status_code=400)
+        text = answer_json(decode(body, "the answer"))
+    except PayloadError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
     job = await _store(request).complete_waitpoint(token_hash(token), text)
     if job is None:
         return JSONResponse({"error": "no open waitpoint has this token"}, status_code=409)
     return JSONResponse({"job": job.id, "state": job.state})
+
+
+async def _store_refused(request: Request, exc: Exception) -> Response:
+    """A statement the database refused or never answered: a status that says which, never
+    a 500 with a traceback. Under a role that may only read (docs: operations/roles.md),
+    cancel, retry and the waitpoint webhook are 403: nothing was written."""
+    if isinstance(exc, PermissionDenied):
+        return JSONResponse(
+            {"error": "this dashboard's database role may only read: nothing was changed"},
+            status_code=403,
+        )
+    if isinstance(exc, StoreError) and exc.verdict != "fail":
+        return JSONResponse({"error": "the database did not answer; try again"}, status_code=503)
+    return JSONResponse({"error": f"the database refused: {exc}"}, status_code=500)
 
 
 def _safe_next(value: str) -> str:
@@ -543,7 +590,7 @@ async def login(request: Request) -> Response:
     token = form.get("token", "")
     if sessions.token is None:
         return RedirectResponse(next_url, status_code=303)
-    if not _same_origin(request) or not sessions.is_token(token):
+    if not sessions.is_token(token):
         await asyncio.sleep(0.5)  # a wrong guess costs time
         body = _pages.login_page(next_url, failed=True)
         page = _pages.page("sign in", body, poll="", interval=0, csrf=None)
@@ -567,7 +614,7 @@ async def logout(request: Request) -> Response:
     if sid is not None:
         form = await _form(request)
         expected = sessions.csrf(sid) or ""
-        if not _same(form.get("csrf", ""), expected) or not _same_origin(request):
+        if not _same(form.get("csrf", ""), expected):
             return JSONResponse({"error": "CSRF check failed"}, status_code=403)
         sessions.revoke(sid)
     response = RedirectResponse("/login", status_code=303)
@@ -612,9 +659,13 @@ def create_dashboard(
             Route("/api/workers", workers_api),
             Route("/queues", queues_page),
             Route("/api/queues", queues_api),
+            Route("/pipelines", pipelines_page),
+            Route("/api/pipelines", pipelines_api),
+            Route("/pipelines/{run_id:int}", run_page),
+            Route("/api/pipelines/{run_id:int}", run_api),
             Route("/jobs/{job_id:int}", job_page),
-            Route("/runs/{job_id:int}", run_page),
-            Route("/api/runs/{job_id:int}", run_api),
+            Route("/runs/{job_id:int}", durable_run_page),
+            Route("/api/runs/{job_id:int}", durable_run_api),
             Route("/api/jobs/{job_id:int}", job_api),
             Route("/jobs/{job_id:int}/{action}", job_action, methods=["POST"]),
             Route("/waitpoints/{token}", answer_waitpoint, methods=["POST"]),
@@ -625,9 +676,11 @@ def create_dashboard(
         ],
         middleware=[
             Middleware(HostCheck, allowed_hosts=allowed_hosts, headers=SECURITY_HEADERS),
+            Middleware(OriginCheck, headers=SECURITY_HEADERS),
             Middleware(_Guard),
         ],
         lifespan=store_lifespan(dsn, DASHBOARD_CONNECTIONS),
+        exception_handlers={StoreError: _store_refused},
     )
     app.router.redirect_slashes = False  # no URL of ours ends in "/", so none to redirect to
     app.state.sessions = _Sessions(access_token)

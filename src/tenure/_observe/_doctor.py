@@ -62,7 +62,8 @@ class Check:
 
 
 def check_embedded() -> list[Check]:
-    """Warn, naming its data dir, when no DSN was given and this process runs its own server."""
+    """Warn, naming its data dir, when no DSN was given and this process uses an embedded
+    server (its own, or the one another process of this user runs)."""
     servers = servers_in_use()
     if not servers:
         return [Check("server", "ok", "the one a DSN names (--dsn, TENURE_DSN or TENURE_DSN_FILE)")]

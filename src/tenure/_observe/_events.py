@@ -88,7 +88,8 @@ _SPECS = (
         "cancel_observed",
         "heartbeat thread (log)",
         "-",
-        "the owner learned of an operator's cancel; the cancel itself is journaled as cancelled",
+        "the owner learned of an operator's cancel (via notify, recheck when its LISTEN "
+        "connection came back, or heartbeat); the cancel itself is journaled as cancelled",
     ),
     EventSpec(
         "tool_request_started",
@@ -111,6 +112,14 @@ _SPECS = (
         "the call was stopped without a commit (lease lost, cancelled): reason, duration",
     ),
     EventSpec(
+        "call_stopped",
+        "worker",
+        "record_stop",
+        "a cancelled call has stopped: its task ended or its thread returned (what "
+        'cancel(until="stopped") waits for). duration_ms: how long it ran after its owner '
+        "learned of the cancel",
+    ),
+    EventSpec(
         "result_discarded",
         "worker",
         "writer",
@@ -123,7 +132,8 @@ _SPECS = (
         "commit_uncertain",
         "completer (log)",
         "-",
-        "a fenced commit got no answer; it is retried while the lease may hold",
+        "a fenced commit got no answer (an uncertain verdict); it is retried while the "
+        "lease may hold",
     ),
     EventSpec(
         "commit_answered",
@@ -133,11 +143,19 @@ _SPECS = (
         "carried (jobs) and how long it took, pool wait included (duration)",
     ),
     EventSpec(
-        "commit_unstorable",
+        "commit_retried",
         "completer (log)",
         "-",
-        "the database could not store an outcome (error class): it is committed instead as "
-        "a bad_result failure, for that job alone",
+        "a fenced commit was rolled back (a retry verdict: a deadlock, a lock or statement "
+        "timeout; error, sqlstate); it is sent again while the lease may hold",
+    ),
+    EventSpec(
+        "commit_refused",
+        "completer (log)",
+        "-",
+        "the database refused an outcome and sending it again cannot help (a fail verdict: "
+        "a constraint, a value it cannot store, a privilege; error, sqlstate): it is "
+        "committed instead as a failure (code bad_result or commit_refused), for that job alone",
     ),
     EventSpec(
         "result_rejected",
@@ -181,8 +199,8 @@ _SPECS = (
         "suspend_job statement (the call's fenced commit)",
         "suspend_job",
         "the call suspended at a waitpoint (detail waitpoint, kind: answer, sleep or "
-        "children, timeout_ms, on_timeout): no lease, no slot while it waits. duration_ms: "
-        "how long the attempt ran",
+        "children, timeout_ms, on_timeout; reopened: true when a retry opened it again): no "
+        "lease, no slot while it waits. duration_ms: how long the attempt ran",
     ),
     EventSpec(
         "waitpoint_answered",

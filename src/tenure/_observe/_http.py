@@ -138,6 +138,47 @@ class HostCheck:
         return 421, "this server does not answer to that Host"
 
 
+class OriginCheck:
+    """ASGI middleware: refuse (403) a request a browser sent from another origin.
+
+    A browser names the page that made a request in its ``Origin`` header and cannot
+    forge it. A request without one (curl, an SDK, a webhook sender, a browser's own
+    navigation) passes, and so does one whose Origin is this server as the request's
+    Host names it (``http://127.0.0.1:8321`` for ``Host: 127.0.0.1:8321``; any scheme,
+    as a proxy may end TLS). Any other Origin, ``null`` and malformed ones included, is
+    refused on every bind, loopback or not, whatever the route: a page elsewhere can
+    neither act through a visitor's browser nor read what it gets back. (`HostCheck`
+    answers DNS rebinding, where the Origin looks like this server's but the Host does not.)
+    """
+
+    def __init__(self, app: ASGIApp, headers: Mapping[str, str] | None = None) -> None:
+        self.app = app
+        self._headers = dict(headers or {})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or same_origin(scope):
+            await self.app(scope, receive, send)
+            return
+        response = Response("cross-origin requests are refused", 403, media_type="text/plain")
+        response.headers.update(self._headers)
+        await response(scope, receive, send)
+
+
+def same_origin(scope: Scope) -> bool:
+    """True when the request names no Origin, or names the server its Host names."""
+    origins = [value for name, value in scope["headers"] if name == b"origin"]
+    if not origins:
+        return True
+    hosts = [value for name, value in scope["headers"] if name == b"host"]
+    if len(origins) != 1 or len(hosts) != 1:
+        return False
+    scheme, separator, authority = origins[0].decode("latin-1").partition("://")
+    if not separator or scheme not in ("http", "https"):
+        return False
+    origin = parse_host(authority, None)
+    return origin is not None and origin == parse_host(hosts[0].decode("latin-1"), None)
+
+
 def _local_names(scope: Scope) -> set[tuple[str, int | None]]:
     """The (name, port) pairs of the address a request arrived on (ASGI's ``server``)."""
     server = scope.get("server")

@@ -8,13 +8,13 @@ the statements behind it select ids, tokens, codes and times only.
 
 from __future__ import annotations
 
-import html
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from .._text import html_text
 from ._pipeline_graph import run_graph
 
 CHART_TOOLS = 6
@@ -23,8 +23,8 @@ CHART_HEIGHT = 64
 
 
 def h(value: object) -> str:
-    """Escape for HTML text and attribute values (quotes included)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Escape for HTML text and attribute values (quotes included; controls made visible)."""
+    return html_text(value)
 
 
 def seconds(value: float | None) -> str:
@@ -63,7 +63,7 @@ def page(title: str, body: str, *, poll: str, interval: float, csrf: str | None)
 <body data-poll="{h(poll)}" data-interval="{interval:g}">
 <header><a href="/" class="brand">tenure</a>
 <nav><a href="/jobs" id="nav-jobs">jobs</a><a href="/workers">workers</a>
-<a href="/queues">queues</a></nav>
+<a href="/queues">queues</a><a href="/pipelines">pipelines</a></nav>
 <span class="title">{h(title)}</span>
 <span class="status" id="status">live</span>{logout}</header>
 <main>{body}</main>
@@ -206,29 +206,67 @@ def _chart(
     )
 
 
+def _stages(run: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    stages = run["stages"] if isinstance(run["stages"], list) else json.loads(run["stages"])
+    return [s for s in stages if isinstance(s, dict)]
+
+
+def _chip(stage: Mapping[str, Any]) -> str:
+    """One stage round as a chip, a link to its job when it has one."""
+    text = f"{h(stage.get('stage'))}#{h(stage.get('round'))} {h(stage.get('state'))}" + (
+        f" → {h(stage['decision'])}" if stage.get("decision") else ""
+    )
+    job = stage.get("job_id")
+    inner = f'<a href="/jobs/{h(job)}">{text}</a>' if isinstance(job, int) else text
+    return f'<span class="stage stage-{h(stage.get("state"))}">{inner}</span>'
+
+
 def pipelines_table(runs: Sequence[Mapping[str, Any]] | None) -> str:
+    """The runs, one row each: a link to the run's own page (its graph), its stages as
+    chips that wrap (each a link to its job), never a graph per row."""
     if runs is None:
         return '<p class="empty">no pipelines</p>'
     if not runs:
         return '<p class="empty">no pipeline runs yet</p>'
-    rows = []
-    for run in runs:
-        stages = run["stages"] if isinstance(run["stages"], list) else json.loads(run["stages"])
-        chips = "".join(
-            f'<span class="stage stage-{h(s.get("state"))}">{h(s.get("stage"))}'
-            f"#{h(s.get('round'))} {h(s.get('state'))}"
-            + (f" → {h(s['decision'])}" if s.get("decision") else "")
-            + "</span>"
-            for s in stages
-        )
-        rows.append(
-            f"<tr><td>{run['run_id']}</td><td>{h(run['pipeline'])}</td>"
-            f"<td>{h(run['state'])}</td><td>{chips}</td><td>{clock(run['updated_at'])}</td></tr>"
-            f'<tr class="graph-row"><td colspan="5">{run_graph(run)}</td></tr>'
-        )
+    rows = "".join(
+        f'<tr data-run="{run["run_id"]}">'
+        f'<td><a href="/pipelines/{run["run_id"]}">{run["run_id"]}</a></td>'
+        f"<td>{h(run['pipeline'])}</td>"
+        f'<td><span class="state state-{h(run["state"])}">{h(run["state"])}</span></td>'
+        f'<td class="chips">{"".join(_chip(s) for s in _stages(run))}</td>'
+        f"<td>{clock(run['updated_at'])}</td></tr>"
+        for run in runs
+    )
     return (
         '<table class="pipelines"><thead><tr><th>run</th><th>pipeline</th><th>state</th>'
-        f"<th>stages</th><th>updated</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"<th>stages (each a link to its job)</th><th>updated</th></tr></thead><tbody>{rows}"
+        "</tbody></table>"
+    )
+
+
+def pipeline_run(run: Mapping[str, Any]) -> str:
+    """One run's page: its graph (each stage box a link to its latest job) and its stage
+    rounds, in order."""
+    return (
+        f'<div class="graph">{run_graph(run)}</div>'
+        f'<p class="chips">{"".join(_chip(s) for s in _stages(run))}</p>'
+    )
+
+
+def pipelines_body(fragment: str) -> str:
+    return (
+        '<section><h2>Pipeline runs</h2><p class="hint">newest first; a run\'s graph is on '
+        f'its own page</p><div id="pipelines">{fragment}</div></section>'
+    )
+
+
+def pipeline_run_body(run: Mapping[str, Any], fragment: str) -> str:
+    return (
+        f"<section><h2>Run {h(run['run_id'])} · {h(run['pipeline'])} · "
+        f'<span id="run-state">{h(run["state"])}</span></h2>'
+        '<p class="hint">the run\'s own copy of its graph: each box a stage, with its '
+        "rounds and verdicts; a box links to its latest job</p>"
+        f'<div id="run">{fragment}</div></section>'
     )
 
 
@@ -263,7 +301,9 @@ def overview(fragments: Mapping[str, str]) -> str:
         f'<div id="events">{fragments["events"]}</div></section>'
         f'<section><h2>Outcomes per tool</h2><div id="charts">{fragments["charts"]}</div>'
         "</section>"
-        f'<section><h2>Pipelines</h2><div id="pipelines">{fragments["pipelines"]}</div></section>'
+        '<section><h2>Pipelines</h2><p class="hint">the latest runs; '
+        '<a href="/pipelines">every run</a>, each with its graph on its own page</p>'
+        f'<div id="pipelines">{fragments["pipelines"]}</div></section>'
     )
 
 

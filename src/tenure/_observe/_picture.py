@@ -25,6 +25,10 @@ RIGHT = 20
 LANE = 30
 TOP = 26  # the axis' labels
 TICKS = 5
+DIGIT = 7  # px a marker number's digit takes (10 px bold); a number's room is len * DIGIT
+NUMBER_GAP = 4  # px between two numbers on one row
+NUMBER_ROW = 12  # px between rows of numbers: markers too close for one row stack below
+MAX_NUMBER_ROWS = 6  # past it, a number shares the row where it overlaps least
 
 # Kinds that end the lease they name (the bar stops there), and the class the bar gets.
 ENDINGS = {
@@ -164,12 +168,6 @@ def picture(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> str:
     def x(moment: datetime) -> float:
         return LABEL + (moment - first).total_seconds() / total * plot
 
-    height = TOP + LANE * len(lanes) + 8
-    parts = [
-        f'<svg class="ownership" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
-        f'height="{height}" role="img" aria-label="ownership of job {h(job["id"])} over time">'
-    ]
-    parts.append(time_axis(LABEL, plot, TOP, height, total))
     numbers: dict[tuple[int, int], int] = {}  # (lane, marker) -> its note's number
     notes = []
     ordered = sorted(
@@ -186,12 +184,55 @@ def picture(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> str:
             f"+{h(seconds((moment - first).total_seconds()))} · token {h(lane.token)} "
             f"({h(lane.worker or '-')}): {h(text)}</li>"
         )
+    places = [
+        _number_places([(x(at), numbers[(row, i)]) for i, (at, _, _) in enumerate(lane.markers)])
+        for row, lane in enumerate(lanes)
+    ]
+    tops = [TOP]
+    for placed in places:
+        rows = 1 + max((r for _, r in placed), default=0)
+        tops.append(tops[-1] + LANE + NUMBER_ROW * (rows - 1))
+    height = tops[-1] + 8
+    parts = [
+        f'<svg class="ownership" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
+        f'height="{height}" role="img" aria-label="ownership of job {h(job["id"])} over time">'
+    ]
+    parts.append(time_axis(LABEL, plot, TOP, height, total))
     for row, lane in enumerate(lanes):
-        parts.append(_lane(lane, TOP + row * LANE, x, now, job, row, numbers))
+        parts.append(_lane(lane, tops[row], x, now, job, places[row], numbers, row))
     parts.append("</svg>")
     if notes:
         parts.append(f'<ol class="picture-notes">{"".join(notes)}</ol>')
     return "".join(parts)
+
+
+def _number_places(markers: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:
+    """Where each marker's number goes, in the markers' order: ``(x, row)``.
+
+    A number sits just right of its marker (left of it at the right edge), on the first
+    row where it overlaps no number already placed; markers too close together for one
+    row (two events in the same millisecond, a stale owner stopped and refused at once)
+    stack their numbers in rows below, so each stays legible.
+    """
+    placed: list[tuple[float, float, int]] = []  # (left, right, row) of each number so far
+    places: dict[int, tuple[float, int]] = {}
+    for index in sorted(range(len(markers)), key=lambda i: markers[i]):
+        mx, number = markers[index]
+        width = DIGIT * len(str(number))
+        left = mx + 6 if mx + 6 + width <= WIDTH - 2 else mx - 6 - width
+
+        def clash(row: int, left: float = left, width: float = width) -> float:
+            return sum(
+                max(0.0, min(right, left + width + NUMBER_GAP) - max(start, left - NUMBER_GAP))
+                for start, right, taken in placed
+                if taken == row
+            )
+
+        free = [row for row in range(MAX_NUMBER_ROWS) if clash(row) == 0]
+        row = free[0] if free else min(range(MAX_NUMBER_ROWS), key=clash)
+        placed.append((left, left + width, row))
+        places[index] = (left, row)
+    return [places[i] for i in range(len(markers))]
 
 
 def _lane(
@@ -200,8 +241,9 @@ def _lane(
     x: Any,
     now: datetime,
     job: Mapping[str, Any],
-    row: int,
+    places: Sequence[tuple[float, int]],
     numbers: Mapping[tuple[int, int], int],
+    row: int,
 ) -> str:
     mid = top + LANE / 2
     label = f"attempt {lane.attempt if lane.attempt is not None else '?'} · {lane.worker or '-'}"
@@ -232,11 +274,12 @@ def _lane(
     for index, (at, kind, text) in enumerate(lane.markers):
         mx = x(at)
         number = numbers.get((row, index), 0)
+        left, level = places[index]
         out.append(
-            f'<g class="marker marker-{h(kind)}" data-kind="{h(kind)}">'
+            f'<g class="marker marker-{h(kind)}" data-kind="{h(kind)}" data-number="{number}">'
             f'<path d="M{mx:.1f} {top + 3} l5 6 l-5 6 l-5 -6 z"></path>'
-            f'<text class="note-number" x="{mx + 6:.1f}" y="{top + 26}">{number}</text>'
-            f"<title>{number}. {h(text)}</title></g>"
+            f'<text class="note-number" x="{left:.1f}" y="{top + 26 + NUMBER_ROW * level}">'
+            f"{number}</text><title>{number}. {h(text)}</title></g>"
         )
     out.append("</g>")
     return "".join(out)

@@ -1,6 +1,7 @@
 """A pipeline run drawn as its graph (inline SVG): stages as boxes, edges from the run's own
 copy of the graph (``next`` and each verdict's ``on``), and on each box what happened to
-that stage in this run: its rounds, each round's state and verdict.
+that stage in this run: its rounds, each round's state and verdict; a stage that ran links
+to its latest round's job.
 
 Only the graph's structure reaches the dashboard (names, next, on: the statement selects
 nothing else), never the run's input, context, result or a stage's arguments. Columns are
@@ -9,10 +10,11 @@ the distance from a start stage; an edge that goes back (a reject loop) bends be
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from .._text import html_text
 
 BOX_W = 170
 BOX_H = 64
@@ -25,7 +27,7 @@ LOOP = 40  # room for edges that go back
 
 def h(value: object) -> str:
     """Escape for HTML text and attribute values (as `_pages.h`, which imports this module)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    return html_text(value)
 
 
 def _loads(value: Any) -> Any:
@@ -182,11 +184,14 @@ def _node(name: str, at: tuple[float, float], rounds: list[Mapping[str, Any]]) -
         for i, line in enumerate(lines or ["not reached"])
     )
     job = latest.get("job_id") if latest else None
+    job = job if isinstance(job, int) and not isinstance(job, bool) else None
     title = f"{name}: {state}" + (f", job {job}" if job is not None else "")
-    return (
+    node = (
         f'<g class="stage-node stage-{h(state)}" data-stage="{h(name)}" data-state="{h(state)}" '
         f'data-round="{h(latest.get("round") if latest else "")}">'
         f"<title>{h(title)}</title>"
         f'<rect x="{x:.0f}" y="{y:.0f}" width="{BOX_W}" height="{BOX_H}" rx="6"></rect>'
         f'<text class="stage-name" x="{x + 8:.0f}" y="{y + 18:.0f}">{h(name)}</text>{text}</g>'
     )
+    # A stage that ran links to its latest round's job (its ownership picture, timeline).
+    return node if job is None else f'<a class="stage-link" href="/jobs/{job}">{node}</a>'

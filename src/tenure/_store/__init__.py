@@ -2,6 +2,7 @@
 
 Module map (data flows top to bottom):
 
+    _errors       every database error as a tenure error with a verdict: one table (RULES)
     _connection   libpq options, the pool, deadlines, the named statements (queries/*.sql)
     _rows         typed parameters in, frozen rows out
     _base         StoreBase: one pool, one way to run a named statement
@@ -39,10 +40,12 @@ from ._connection import (
     migrate,
     prepared_statements,
 )
+from ._errors import RULES, store_error
 from ._lease import LeaseConnection
 from ._listener import Listener
 from ._rows import (
     AppliedMigration,
+    Cancellation,
     ChildRow,
     ClaimedJob,
     EventQuery,
@@ -71,6 +74,7 @@ from ._rows import (
     ServerInfo,
     StageRow,
     StepRow,
+    StopCheck,
     TableIndex,
     Transition,
     WaitingSummary,
@@ -86,7 +90,9 @@ __all__ = [
     "MAX_RECONNECT_DELAY",
     "MIGRATIONS_PACKAGE",
     "QUERIES",
+    "RULES",
     "AppliedMigration",
+    "Cancellation",
     "ChildRow",
     "ClaimedJob",
     "EventQuery",
@@ -119,6 +125,7 @@ __all__ = [
     "ServerInfo",
     "StageRow",
     "StepRow",
+    "StopCheck",
     "Store",
     "TableIndex",
     "Transition",
@@ -132,4 +139,5 @@ __all__ = [
     "known_migrations",
     "migrate",
     "prepared_statements",
+    "store_error",
 ]

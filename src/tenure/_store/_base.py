@@ -98,6 +98,14 @@ class StoreBase:
                 )
                 return await cursor.fetchall() if cursor.description else []
 
+    async def _fetch_typed(
+        self, name: str, params: dict[str, Any], timeout: float | None = None
+    ) -> list[dict[str, Any]]:
+        """`_fetch`, with every database error (the wait for a connection included) raised
+        as its StoreError, verdict and all (`_errors.RULES`)."""
+        with typed_errors(every=True):
+            return await self._fetch(name, params, timeout)
+
     async def _execute(self, name: str, params: dict[str, Any]) -> int:
         async with self._pool.connection() as conn:
             with typed_errors():

@@ -28,7 +28,8 @@ from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 
 from .._dsn import check_dsn as check_dsn
-from .._errors import ConfigError, QuotaExceeded
+from .._errors import ConfigError, ConnectionLost, QuotaExceeded
+from ._errors import store_error
 from ._migrate import discover
 from ._migrate import migrate as apply_migrations
 from ._queries import load_query_folder
@@ -53,8 +54,6 @@ MAX_RECONNECT_DELAY = 0.25
 # when it outnumbers what the planner believes is there; the lock wait is bounded.
 BULK_ANALYZE_MIN = 1000
 BULK_ANALYZE_LOCK_MS = 100
-# Raised by tenure_place (migration 0005) when an enqueue would pass its tenant's quota.
-QUOTA_SQLSTATE = "TQ001"
 
 # libpq settings for every tenure connection: fail fast on connect, notice a dead
 # peer through TCP keepalives, and abort writes the network swallows.
@@ -95,9 +94,16 @@ def known_migrations() -> dict[int, str]:
 
 
 def migrate(dsn: str) -> list[int]:
-    """Apply tenure's pending migrations; safe to run twice and concurrently."""
+    """Apply tenure's pending migrations; safe to run twice and concurrently. A role that
+    may not create tables gets a ConfigError saying who may, unless nothing is pending."""
     with psycopg.connect(check_dsn(dsn), autocommit=True, **CONNECT_OPTIONS) as conn:
-        return apply_migrations(conn, MIGRATIONS_PACKAGE, MIGRATIONS_TABLE, MIGRATION_LOCK)
+        try:
+            return apply_migrations(conn, MIGRATIONS_PACKAGE, MIGRATIONS_TABLE, MIGRATION_LOCK)
+        except psycopg.errors.InsufficientPrivilege:
+            raise ConfigError(
+                "this database role may not migrate tenure's schema (permission denied): run "
+                "`tenure migrate` as the schema's owner (docs: operations/roles.md)"
+            ) from None
 
 
 def from_row(cls: type[T], row: dict[str, Any]) -> T:
@@ -112,14 +118,53 @@ async def rows_of(
 
 
 @contextlib.contextmanager
-def typed_errors() -> Iterator[None]:
-    """The errors tenure's own SQL raises on purpose, as tenure errors."""
+def typed_errors(*, every: bool = False) -> Iterator[None]:
+    """Database errors as tenure errors, by the one table (`_errors.RULES`).
+
+    By default only the errors tenure's own SQL raises on purpose (the tenant quota) are
+    turned into tenure errors and the rest pass through as psycopg raised them; with
+    ``every`` each one becomes its StoreError, verdict and all. (Statements move to
+    ``every`` caller by caller: their callers catch the tenure types instead.)
+    """
     try:
         yield
     except psycopg.Error as exc:
-        if exc.sqlstate == QUOTA_SQLSTATE:
-            detail = exc.diag.message_detail or ""
-            raise QuotaExceeded(detail or "tenant quota exceeded") from None
+        error = store_error(exc)
+        if isinstance(error, QuotaExceeded):
+            raise error from None
+        if every and error is not None:
+            raise error from exc
+        raise
+
+
+# The server going away under a session: admin_shutdown, crash_shutdown, cannot_connect_now
+# (class 57P), besides every connection exception (class 08).
+GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection broke rather than that the statement failed:
+    libpq lost the link or could not make one (no SQLSTATE: the socket closed, the
+    connect failed, the pool had no connection to give), a connection exception, or
+    the server shutting down or still starting."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in GONE_SQLSTATES
+
+
+@contextlib.contextmanager
+def lost_connection() -> Iterator[None]:
+    """A broken connection, as the tenure error callers catch (`ConnectionLost`); any
+    other database error goes on as it is. Around reads that a caller may simply repeat
+    (what a waiter reads)."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        if connection_lost(exc):
+            raise ConnectionLost(
+                f"the database connection was lost before it answered ({type(exc).__name__})"
+            ) from exc
         raise
 
 

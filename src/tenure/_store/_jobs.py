@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -25,14 +25,17 @@ from ._connection import (
     CLAIM_TIMEOUT,
     FINISH_TIMEOUT,
     deadline,
+    lost_connection,
     rows_of,
     typed_errors,
 )
 from ._rows import (
+    Cancellation,
     ClaimedJob,
     Finish,
     JobStatus,
     NewJob,
+    StopCheck,
 )
 
 
@@ -218,8 +221,9 @@ class JobStatements(StoreBase):
         return None if not rows else float(rows[0]["seconds"])
 
     async def finish_many(self, owner: str, outcomes: Sequence[Finish]) -> dict[int, bool]:
-        """Fenced commit of many outcomes in one statement: job id → accepted."""
-        rows = await self._fetch(
+        """Fenced commit of many outcomes in one statement: job id → accepted. A database
+        error is raised as its StoreError (the completer acts on its verdict)."""
+        rows = await self._fetch_typed(
             "finish_many",
             {
                 "owner": owner,
@@ -248,7 +252,8 @@ class JobStatements(StoreBase):
         detail: dict[str, Any] | None = None,
         duration_ms: int | None = None,
     ) -> None:
-        await self._fetch(
+        """Journal one event (the completer's rejected results); errors as StoreErrors."""
+        await self._fetch_typed(
             "record_event",
             {
                 "kind": kind,
@@ -268,15 +273,20 @@ class JobStatements(StoreBase):
 
     # -- operations ------------------------------------------------------------
 
+    # What a caller reads to follow a job (get_job, job_by_key, job_status) raises
+    # ConnectionLost, never a driver error, when the link breaks: `App.wait` reads again.
+
     async def get_job(self, job_id: int) -> Job:
-        rows = await self._fetch("get_job", {"id": job_id})
+        with lost_connection():
+            rows = await self._fetch("get_job", {"id": job_id})
         if not rows:
             raise JobNotFound(f"no job {job_id}")
         return Job.from_row(rows[0])
 
     async def job_by_key(self, key: str, tenant: str) -> Job:
         """The job of ``tenant`` under ``key`` (keys are unique per tenant)."""
-        rows = await self._fetch("job_by_key", {"key": key, "tenant": tenant})
+        with lost_connection():
+            rows = await self._fetch("job_by_key", {"key": key, "tenant": tenant})
         if not rows:
             shown = key if len(key) <= 80 else key[:77] + "..."
             raise JobNotFound(
@@ -287,7 +297,8 @@ class JobStatements(StoreBase):
 
     async def job_status(self, job_ids: Sequence[int]) -> dict[int, JobStatus]:
         """State, attempt and progress of each job that exists: what a waiter looks at."""
-        rows = await self._fetch("job_status", {"ids": list(job_ids)})
+        with lost_connection():
+            rows = await self._fetch("job_status", {"ids": list(job_ids)})
         return {
             row["id"]: JobStatus(
                 row["id"], row["state"], row["attempt"], row["progress"], row["updated_at"]
@@ -312,14 +323,45 @@ class JobStatements(StoreBase):
         )
         return [Job.from_row(row) for row in rows]
 
-    async def cancel(self, job_id: int) -> Job | None:
-        """Cancel a queued or running job; None when it had already ended."""
-        rows = await self._fetch("cancel_job", {"id": job_id})
-        return Job.from_row(rows[0]) if rows else None
+    async def cancel(self, job_id: int) -> Cancellation | None:
+        """Cancel a queued, running or waiting job; None when it had already ended. Database
+        errors as StoreErrors (a read-only role's: PermissionDenied)."""
+        rows = await self._fetch_typed("cancel_job", {"id": job_id})
+        return Cancellation(Job.from_row(rows[0]), rows[0]["held_until"]) if rows else None
+
+    async def cancelled_among(self, held: Mapping[int, int]) -> list[tuple[int, int]]:
+        """(id, token) of the held calls (id → token) whose job was cancelled."""
+        rows = await self._fetch(
+            "cancelled_among", {"ids": list(held), "tokens": list(held.values())}
+        )
+        return [(row["id"], row["token"]) for row in rows]
+
+    async def record_stop(
+        self, job: ClaimedJob, worker: str, duration_ms: int, timeout: float | None = None
+    ) -> None:
+        """Journal that this owner's cancelled call has stopped, and tell its waiters."""
+        params = {
+            "id": job.id,
+            "token": job.token,
+            "attempt": job.attempt,
+            "worker": worker,
+            "duration_ms": duration_ms,
+        }
+        await self._fetch("record_stop", params, timeout)
+
+    async def stop_check(self, job_id: int, token: int, held_until: datetime) -> StopCheck:
+        """Whether the call (job, token) cancelled while it held its lease until
+        ``held_until`` is over (see queries/jobs.sql, stop_settled)."""
+        with lost_connection():
+            rows = await self._fetch(
+                "stop_settled", {"id": job_id, "token": token, "held_until": held_until}
+            )
+        return StopCheck(rows[0]["stopped"], rows[0]["left"])
 
     async def retry(self, job_id: int) -> Job | None:
-        """Queue a failed or cancelled job again; None when it was not in such a state."""
-        rows = await self._fetch("retry_job", {"id": job_id})
+        """Queue a failed or cancelled job again; None when it was not in such a state.
+        Database errors as StoreErrors (a read-only role's: PermissionDenied)."""
+        rows = await self._fetch_typed("retry_job", {"id": job_id})
         return Job.from_row(rows[0]) if rows else None
 
     async def summary(self) -> dict[str, int]:
@@ -330,6 +372,7 @@ class JobStatements(StoreBase):
             summary["attempts"] = summary.get("attempts", 0) + int(row["attempts"] or 0)
         for row in await self._fetch("event_summary", {}):
             summary[f"events_{row['kind']}"] = row["n"]
+            summary[f"owners_{row['kind']}"] = row["owners"]
             if row["kind"] == "job_claimed":
                 summary["reclaims"] = row["reclaims"]
         summary["duplicate_commits"] = (await self._fetch("duplicate_commits", {}))[0]["n"]

@@ -40,6 +40,8 @@ from ._rows import (
 
 SEARCH_TIMEOUT = 10.0  # a search past this is cut off (its connection dropped), not awaited
 
+MAX_BIGINT = 2**63 - 1  # above every id
+
 
 class JournalStatements(StoreBase):
     """One method per statement of queries/observe.sql."""
@@ -148,11 +150,20 @@ class JournalStatements(StoreBase):
         rows = await self._fetch("journal_counts_since", {"after_id": after_id, "cap": cap})
         return cast(list[JournalCount], rows)
 
-    async def pipeline_runs(self, limit: int) -> list[RunSummary] | None:
-        """Recent pipeline runs with their stages, or None while there are no pipeline tables."""
+    async def pipeline_runs(self, limit: int, before: int = MAX_BIGINT) -> list[RunSummary] | None:
+        """The newest pipeline runs with ids below ``before``, with their stages; None while
+        there are no pipeline tables."""
         if not (await self._fetch("pipelines_exist", {}))[0]["present"]:
             return None
-        return cast(list[RunSummary], await self._fetch("pipeline_runs", {"limit": limit}))
+        params = {"limit": limit, "before": before}
+        return cast(list[RunSummary], await self._fetch("pipeline_runs", params))
+
+    async def pipeline_run(self, run_id: int) -> RunSummary | None:
+        """One run as `pipeline_runs` shows it, or None (no such run, or no pipelines)."""
+        if not 0 < run_id < MAX_BIGINT:
+            return None
+        found = await self.pipeline_runs(1, before=run_id + 1)
+        return found[0] if found and found[0]["run_id"] == run_id else None
 
     async def server_info(self) -> ServerInfo:
         return cast(ServerInfo, (await self._fetch("server_info", {}))[0])

@@ -19,7 +19,7 @@ from typing import Any, LiteralString, Self
 import psycopg
 
 from .._log import log_event
-from ._connection import QUERIES, connect_options
+from ._connection import MAX_RECONNECT_DELAY, QUERIES, connect_options
 
 logger = logging.getLogger("tenure.listener")
 
@@ -30,8 +30,10 @@ CHANNELS: dict[str, LiteralString] = {
     "tenure_done": QUERIES["listen_done"],
     "tenure_progress": QUERIES["listen_progress"],
 }
-FIRST_PAUSE = 0.1
-LAST_PAUSE = 1.0
+FIRST_PAUSE = 0.05
+# The pool's own cap: whatever was announced while the connection is away is lost, and the
+# owner looks again only once it is back (a worker's cancels: effects until then).
+LAST_PAUSE = MAX_RECONNECT_DELAY
 PROBE_TIMEOUT = 2.0
 STOP_TIMEOUT = 5.0
 

@@ -53,10 +53,16 @@ def applied_versions(conn: psycopg.Connection[Any], table: str) -> set[int]:
 
 
 def migrate(conn: psycopg.Connection[Any], package: str, table: str, lock_key: int) -> list[int]:
-    """Apply every pending migration; return the versions this call applied."""
+    """Apply every pending migration; return the versions this call applied.
+
+    A schema already up to date is only read (which migrations it has): so a role that may
+    use the tables but not create them (a worker's, a producer's) can "migrate" at start."""
+    known = discover(package)
+    if {m.version for m in known} <= applied_versions(conn, table):
+        return []
     applied_now: list[int] = []
     version_table = sql.Identifier(table)
-    for migration in discover(package):
+    for migration in known:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key,))
             conn.execute(

@@ -10,7 +10,9 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 from psycopg.types.json import Jsonb
 
+from .._job import Job
 from .._states import (
+    Answerer,
     EndState,
     FinishState,
     JobState,
@@ -122,6 +124,8 @@ class OpenWaitpoint:
     timeout_ms: int
     on_timeout: str
     request_json: str | None
+    answered_by: str = "holder"  # "caller" or "nobody" (a sleep, children): 0020, 0022
+    answer_schema_json: str | None = None  # the declared answer type's JSON Schema
     kind: str = "answer"  # 'sleep': only its deadline; 'children': the jobs in waiting_on
     waiting_on: tuple[int, ...] = ()
 
@@ -192,6 +196,29 @@ class JobStatus:
     attempt: int
     progress: dict[str, Any] | None
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Cancellation:
+    """A job as its cancel left it, and ``held_until``: the lease its call held when it was
+    cancelled (None if it was not running). The owner's conservative local deadline ends
+    before that moment on the database's clock, so past it the owner starts nothing more."""
+
+    job: Job
+    held_until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class StopCheck:
+    """Whether a cancelled call is known to have stopped (its owner said so, or refused its
+    commit), and how many seconds its held lease had left when asked (negative: over)."""
+
+    stopped: bool
+    lease_left: float
+
+    @property
+    def settled(self) -> bool:
+        return self.stopped or self.lease_left <= 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,7 +468,9 @@ class JobWaitpoint(TypedDict):
     request: Any
     created_at: datetime
     closed_at: datetime | None
-    kind: str  # answer, sleep or children (0017)
+    answered_by: Answerer  # "holder" (of its token), "caller" (the job's), or "nobody"
+    answer_schema: dict[str, Any] | None  # the declared answer type's JSON Schema
+    kind: str  # answer, sleep or children (0022)
     seconds_left: float
 
 

@@ -1,11 +1,11 @@
 -- tenure's schema as it stands after every migration, in one file, for reading.
 --
--- As of migration: 0017_waits
+-- As of migration: 0022_waits
 --
 -- Nothing applies this file: `tenure migrate` runs migrations/*.sql in order, and that is
 -- the only way tenure's tables are made. This file is what those migrations add up to,
 -- written out once in dependency order with a short note on why each thing is there (the
--- migration that made it, 0001-0017, says more). Statements that migrations later replaced
+-- migration that made it, 0001-0022, says more). Statements that migrations later replaced
 -- are shown only in their current form: tenure_admit (0004, replaced in 0005), the claim
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
 -- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
@@ -168,7 +168,7 @@ CREATE TABLE tenure_jobs (
     -- instrumented, NULL otherwise. The claim hands it to the worker, which continues the
     -- trace after checking it (a malformed one is ignored, never an error).
     trace_context     jsonb,
-    -- (0017) The job that started this one with `ctx.enqueue` (NULL for everything else): its
+    -- (0022) The job that started this one with `ctx.enqueue` (NULL for everything else): its
     -- end takes it out of the parent's children wait (tenure_child_ended below). No foreign
     -- key: either may be pruned first.
     parent_id         bigint,
@@ -219,7 +219,7 @@ CREATE INDEX tenure_jobs_created ON tenure_jobs (created_at, id)
 -- calls and never see each other's job. Pipeline stages keep their keys in tenant ''.
 CREATE UNIQUE INDEX tenure_jobs_tenant_key ON tenure_jobs (tenant, idempotency_key);
 
--- (0017) A run's children, for the run page; only children are in it.
+-- (0022) A run's children, for the run page; only children are in it.
 CREATE INDEX tenure_jobs_parent ON tenure_jobs (parent_id) WHERE parent_id IS NOT NULL;
 
 -- The job pruner walks each of its tools' expired jobs in prune_after order.
@@ -431,9 +431,9 @@ CREATE INDEX tenure_events_job ON tenure_events (job_id, id);
 CREATE INDEX tenure_events_at ON tenure_events (at);
 
 -- Ownership events are rare next to claims and commits: this partial index lets the dashboard
--- and `tenure events` find the latest of them without walking the whole journal, and costs the
--- claim and commit paths nothing (their rows never enter it).
-CREATE INDEX tenure_events_notable ON tenure_events (id)
+-- and `tenure events` find the latest of them (by time, then id: 0015) without walking the
+-- whole journal, and costs the claim and commit paths nothing (their rows never enter it).
+CREATE INDEX tenure_events_notable ON tenure_events (at, id)
     WHERE kind IN ('lease_expired', 'heartbeat_lost', 'result_rejected', 'result_discarded',
                    'ownership_unknown', 'stale_fence_rejected', 'cancelled', 'retry_requested');
 
@@ -557,23 +557,32 @@ CREATE TABLE tenure_waitpoints (
     answer      jsonb,
     created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
     closed_at   timestamptz,
-    -- (0017) What it waits for: an answer (a person, a webhook), only its deadline (a durable
+    -- (0020) who may answer: 'holder' of the token (a person, a service), or the job's
+    -- 'caller' (an MCP client, asked by elicitation); and its answer's JSON Schema, if declared.
+    -- (0022) widened by 'nobody': a sleep or a wait for children, which no one answers.
+    answered_by text        NOT NULL DEFAULT 'holder'
+                CHECK (answered_by IN ('holder', 'caller', 'nobody')),
+    answer_schema jsonb,
+    -- (0022) What it waits for: an answer (a person, a webhook), only its deadline (a durable
     -- sleep, `ctx.sleep`) or child jobs (`ctx.wait_for`); `waiting_on`: the children that
     -- have not ended yet.
     kind        text        NOT NULL DEFAULT 'answer'
                 CHECK (kind IN ('answer', 'sleep', 'children')),
     waiting_on  bigint[],
+    -- (0022) Only an answer waitpoint is answered by someone; sleeps and children waits by
+    -- nobody (complete_waitpoint answers kind 'answer' only).
+    CONSTRAINT tenure_waitpoints_answerable CHECK ((kind = 'answer') = (answered_by <> 'nobody')),
     UNIQUE (job_id, name)
 );
 
 -- The rescuer finds expired waitpoints from here; answering goes by token_hash.
 CREATE INDEX tenure_waitpoints_deadline ON tenure_waitpoints (deadline) WHERE state = 'open';
 
--- (0017) The backstop sweep's look at children waits (resume_children_waits).
+-- (0022) The backstop sweep's look at children waits (resume_children_waits).
 CREATE INDEX tenure_waitpoints_children ON tenure_waitpoints (id)
     WHERE state = 'open' AND kind = 'children';
 
--- (0017) A child that ended leaves its parent's open children waits; the wait with no child
+-- (0022) A child that ended leaves its parent's open children waits; the wait with no child
 -- left is answered and the parent queued again (its attempt refunded, as an answer does), in
 -- the ending statement's transaction, whichever statement ends the child (a commit, a
 -- cancel, the rescuer, a stage transition). The waitpoint's row lock orders two children
@@ -600,8 +609,10 @@ BEGIN
 END;
 $$;
 
--- (0017) Answer one children wait whose children all ended and queue its job again, if the
--- job still waits there under the token it suspended with (the trigger above, the sweep).
+-- (0022) Answer one children wait whose children all ended and queue its job again, if the
+-- job still waits there under the token it suspended with (the trigger above, the sweep),
+-- and only before its deadline on the database's clock, like any answer; past it the
+-- rescuer's expire_waitpoints ends the wait.
 CREATE FUNCTION tenure_resume_children_wait(p_wait bigint, p_name text, p_token bigint,
                                             p_created timestamptz) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -609,7 +620,7 @@ DECLARE
     v_job record;
 BEGIN
     UPDATE tenure_waitpoints SET state = 'answered', closed_at = clock_timestamp()
-    WHERE id = p_wait AND state = 'open';
+    WHERE id = p_wait AND state = 'open' AND deadline > clock_timestamp();
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -644,8 +655,8 @@ CREATE TRIGGER tenure_jobs_child_ended AFTER UPDATE OF state ON tenure_jobs
           AND OLD.state IS DISTINCT FROM NEW.state)
     EXECUTE FUNCTION tenure_child_ended();
 
--- Secrets this database keeps for tenure: the key waitpoint tokens are derived with, drawn
--- once by migration 0008 from PostgreSQL's strong random source.
+-- Secrets this database keeps for tenure: the key waitpoint tokens (and MCP task ids) are
+-- derived with, drawn once by migration 0008 from PostgreSQL's strong random source.
 CREATE TABLE tenure_secrets (
     name  text PRIMARY KEY,
     value text NOT NULL
@@ -653,10 +664,17 @@ CREATE TABLE tenure_secrets (
 INSERT INTO tenure_secrets (name, value)
 VALUES ('waitpoint', replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''));
 
+-- (0014) Only a role that may change jobs (UPDATE on tenure_jobs) sees the key: one that
+-- can only read, even every table, sees no row, so reading cannot mint a token. Row-level
+-- security; the owner, superusers and BYPASSRLS roles are not subject to it.
+ALTER TABLE tenure_secrets ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenure_secrets_writers ON tenure_secrets FOR SELECT
+    USING (has_table_privilege('tenure_jobs'::regclass, 'UPDATE'));
+
 
 -- == Steps ==================================================================================
 
--- (0016) Fenced steps inside a job (`ctx.step`): one row per completed step, by name, written
+-- (0021) Fenced steps inside a job (`ctx.step`): one row per completed step, by name, written
 -- under the job's fencing token with the same predicate as a commit (record_step), so a stale
 -- owner records nothing. A tool called again from the top (after a crash, a takeover or a
 -- suspension) replays what it already did from here instead of doing it again. `result` is the

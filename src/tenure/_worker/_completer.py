@@ -5,9 +5,19 @@ queue up and form the next batch, so batches grow exactly when the database
 is the bottleneck. Each row is still guarded by owner + token + state + lease.
 
 A commit the database refused (zero rows) is a *rejected result*: journaled,
-never published. A commit whose answer never came is uncertain; it is tried
-again while the lease may still hold, and a refusal after such a retry is
-checked against the row (the first try may have landed).
+never published. A statement that raised is judged by the store's verdict on
+its error (`tenure._store.store_error`, one table):
+
+- ``uncertain`` (no answer came): tried again while the lease may still hold, and
+  a refusal after such a retry is checked against the row (the first try may
+  have landed);
+- ``retry`` (rolled back: a deadlock, a lock or statement timeout): tried again
+  while the lease may still hold;
+- ``fail`` (a constraint, a value the database cannot store, a missing privilege):
+  sending it again cannot help, so it is never retried. A batch is split and each
+  outcome committed alone; the one refused is committed instead as a failure that
+  names the error's class (``bad_result`` for data, ``commit_refused`` otherwise),
+  which ends the job and is journaled like any failure.
 
 A pipeline stage's final outcome takes another road: its commit is one
 transaction with the run's transition (see tenure._pipeline._engine), one per
@@ -25,17 +35,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, Self
 
-import psycopg
-
+from .._errors import DataRejected, StoreError, TenureError
 from .._log import log_event
-from .._store import ClaimedJob, Finish, Store
+from .._store import ClaimedJob, Finish, Store, store_error
 from ._ownership import Ownership
 
 logger = logging.getLogger("tenure.completer")
 
 MAX_BATCH = 500
-# What the database raises for an outcome it cannot store (class 22, or a jsonb too large).
-DATA_ERRORS = (psycopg.DataError, psycopg.errors.ProgramLimitExceeded)
 COMMIT_TIMEOUT = 10.0
 RETRY_PAUSE = 0.2
 
@@ -54,7 +61,8 @@ class _Pending:
     finish: Finish
     ownership: Ownership
     done: asyncio.Future[bool]
-    uncertain: bool = False
+    uncertain: bool = False  # a try got no answer: it may have landed
+    refused: bool = False  # the database refused its outcome; now it commits a failure
 
 
 class Completer:
@@ -130,9 +138,10 @@ class Completer:
         assert self._stages is not None
         try:
             accepted = await self._stages.commit(self._owner, pending.job, pending.finish)
-        except (psycopg.Error, TimeoutError):
-            raise
-        except Exception:  # a bug must not stop every later commit; the lease brings it back
+        except Exception as exc:
+            if store_error(exc) is not None:
+                raise  # a database error: `_commit` acts on its verdict
+            # A bug must not stop every later commit; the lease brings the job back.
             logger.exception("stage transition of job %d failed", pending.job.id)
             accepted = False
         if accepted is None:  # no stage after all: an ordinary fenced commit
@@ -146,25 +155,12 @@ class Completer:
         try:
             async with asyncio.timeout(COMMIT_TIMEOUT):  # not wait_for: it may swallow a cancel
                 verdicts = await call()
-        except DATA_ERRORS as exc:
-            await self._unstorable(group, call, exc)
-            return
-        except Exception as exc:  # the answer never came: uncertain, not rejected
-            for pending in group:
-                pending.uncertain = True
-                if pending.ownership.remaining() > 0:
-                    log_event(
-                        logger,
-                        "commit_uncertain",
-                        job=pending.job,
-                        worker=self._owner,
-                        error=type(exc).__name__,
-                    )
-                    asyncio.get_running_loop().call_later(
-                        RETRY_PAUSE, self._queue.put_nowait, pending
-                    )
-                else:
-                    await self._settle(pending, False)
+        except Exception as exc:
+            error = store_error(exc)
+            if isinstance(error, StoreError) and error.verdict != "fail":
+                await self._again(group, error)
+            else:
+                await self._refused(group, exc, error)
             return
         log_event(
             logger,
@@ -177,19 +173,37 @@ class Completer:
         for pending in group:
             await self._settle(pending, verdicts.get(pending.job.id, False))
 
-    async def _unstorable(
-        self,
-        group: list[_Pending],
-        call: Callable[[], Awaitable[dict[int, bool]]],
-        exc: Exception,
+    async def _again(self, group: list[_Pending], error: StoreError) -> None:
+        """No answer (uncertain) or rolled back (retry): the same outcome again, after a
+        pause, while the lease may still hold; past it, the outcome is settled as refused
+        (after checking whether an unanswered try landed)."""
+        for pending in group:
+            pending.uncertain = pending.uncertain or error.verdict == "uncertain"
+            if pending.ownership.remaining() > 0:
+                log_event(
+                    logger,
+                    "commit_uncertain" if error.verdict == "uncertain" else "commit_retried",
+                    job=pending.job,
+                    worker=self._owner,
+                    error=type(error).__name__,
+                    sqlstate=error.sqlstate,
+                )
+                asyncio.get_running_loop().call_later(RETRY_PAUSE, self._queue.put_nowait, pending)
+            else:
+                await self._settle(pending, False)
+
+    async def _refused(
+        self, group: list[_Pending], exc: Exception, error: TenureError | None
     ) -> None:
-        """The database refused the data of one outcome (text it cannot store, a number
-        out of range): a verdict on that row alone, never on the batch, and never a
-        reason to retry the same statement until the lease runs out.
+        """The database refused the statement and sending it again cannot help (a ``fail``
+        verdict: a constraint, a value it cannot store, a missing privilege; or no
+        database error at all, a bug): a verdict on that row alone, never on the batch,
+        and never a reason to retry the same statement until the lease runs out.
 
         A batch is split and each outcome committed on its own; a single outcome the
-        database cannot store becomes a ``bad_result`` failure that names the database's
-        error class only, which is stored, so the job ends instead of looping.
+        database refuses is committed instead as a failure that names the database's
+        error class only (``bad_result`` for a value it cannot store, ``commit_refused``
+        otherwise), so the job ends, journaled, instead of looping.
         """
         if len(group) > 1:
             await asyncio.gather(
@@ -198,27 +212,39 @@ class Completer:
             return
         (pending,) = group
         finish = pending.finish
-        if finish.error is not None and finish.error.get("code") == "bad_result":
-            await self._settle(pending, False)  # even the plain failure was refused
+        if pending.refused:  # even the plain failure was refused
+            await self._settle(pending, False)
             return
+        if error is None:  # not a database error: a bug, which the log must show
+            logger.error("commit of job %d raised", pending.job.id, exc_info=exc)
+        cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
+        sqlstate = error.sqlstate if isinstance(error, StoreError) else None
+        constraint = error.constraint if isinstance(error, StoreError) else None
+        code = "bad_result" if isinstance(error, DataRejected) else "commit_refused"
+        pending.refused = True
         pending.finish = Finish(
             finish.job_id,
             finish.token,
             "failed",
             error={
-                "code": "bad_result",
-                "type": type(exc).__name__,
-                "message": f"the database could not store this outcome ({finish.state})",
+                "code": code,
+                "type": type(cause).__name__,
+                "message": f"the database refused this outcome ({finish.state}): "
+                + (str(error) if error is not None else "the commit raised"),
+                **({"sqlstate": sqlstate} if sqlstate else {}),
+                **({"constraint": constraint} if constraint else {}),
             },
         )
         log_event(
             logger,
-            "commit_unstorable",
+            "commit_refused",
             level=logging.WARNING,
             job=pending.job,
             worker=self._owner,
             outcome=finish.state,
-            error=type(exc).__name__,
+            code=code,
+            error=type(cause).__name__,
+            sqlstate=sqlstate,
         )
         retry = (
             functools.partial(self._commit_stage, pending)
@@ -251,7 +277,7 @@ class Completer:
                     tool=pending.job.tool,
                     detail={"outcome": pending.finish.state},
                 )
-            except psycopg.Error:
+            except StoreError:
                 pass  # the log line carries it
         self._on_result(kind)
         if not pending.done.done():

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._context import Context
@@ -33,7 +33,7 @@ from .._errors import (
     StaleFence,
 )
 from .._log import log_event
-from .._payload import MAX_RESULT_BYTES, encode
+from .._payload import MAX_PAYLOAD_BYTES, MAX_RESULT_BYTES, encode
 from .._pipeline._model import Verdict
 from .._registry import ToolSpec
 from .._states import StopReason
@@ -53,11 +53,14 @@ class Abandoned:
 
     ``outcome`` is what the call would have committed (succeeded, queued, failed) when
     the tool returned or raised anyway — a late result or error the worker discarded —
-    and None when it was stopped before it did.
+    and None when it was stopped before it did. ``running``: the thread of a plain
+    function that was asked to stop and has not returned yet, as the future its result
+    will reach (done once it has); None when nothing of the call runs any more.
     """
 
     reason: str
     outcome: str | None = None
+    running: asyncio.Future[Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +221,7 @@ class Executor:
     def __init__(self) -> None:
         self._abandoned: set[threading.Thread] = set()
         self._limits = TimeLimits()
+        self._threads: dict[int, asyncio.Future[Any]] = {}  # job id → its thread's result
 
     @property
     def stuck(self) -> int:
@@ -228,7 +232,19 @@ class Executor:
     async def run(
         self, spec: ToolSpec, ctx: Context, job: ClaimedJob, stop: dict[int, Stopped]
     ) -> Finish | Abandoned:
-        """Run the tool and say what to commit, or why nothing may be written."""
+        """Run the tool and say what to commit, or why nothing may be written (and, for a
+        plain function's thread still running, what tells when it returns)."""
+        try:
+            outcome = await self._run(spec, ctx, job, stop)
+        finally:
+            thread = self._threads.pop(job.id, None)
+        if isinstance(outcome, Abandoned) and thread is not None and not thread.done():
+            return replace(outcome, running=thread)
+        return outcome
+
+    async def _run(
+        self, spec: ToolSpec, ctx: Context, job: ClaimedJob, stop: dict[int, Stopped]
+    ) -> Finish | Abandoned:
         timed_out = False
         try:
             args, kwargs = spec.contract.call_arguments(job.payload)
@@ -305,6 +321,10 @@ class Executor:
                 timeout_ms=round(wp.timeout * 1000),
                 on_timeout=wp.on_timeout,
                 request_json=suspended.request_json,
+                answered_by=wp.answered_by,
+                answer_schema_json=None
+                if wp.answer_schema is None
+                else encode(wp.answer_schema, "answer schema", MAX_PAYLOAD_BYTES),
                 kind=wp.kind,
                 waiting_on=wp.children,
             ),
@@ -329,6 +349,7 @@ class Executor:
     ) -> Any:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
+        self._threads[ctx.job_id] = future
         call = functools.partial(contextvars.copy_context().run, spec.fn, ctx, *args, **kwargs)
         started = time.monotonic()
         thread = threading.Thread(

@@ -162,13 +162,19 @@ class HeartbeatThread:
         with self._lock:
             return self._progress.pop(job_id, None)
 
-    def cancelled(self, job_id: int, token: int) -> None:
-        """The database announced that this job was cancelled under ``token``: stop the
-        call now, instead of at the next heartbeat."""
+    def held_tokens(self) -> dict[int, int]:
+        """Every lease this process holds: job id → token."""
+        with self._lock:
+            return {job_id: item.job.token for job_id, item in self._held.items()}
+
+    def cancelled(self, job_id: int, token: int, via: str) -> None:
+        """The database says that this job was cancelled under ``token`` (``via`` a
+        notification, or a read after the LISTEN connection came back): stop the call
+        now, instead of at the next heartbeat."""
         with self._lock:
             item = self._held.get(job_id)
         if item is not None and item.job.token == token:
-            self._end(item, "cancelled")
+            self._end(item, "cancelled", via)
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -353,14 +359,15 @@ class HeartbeatThread:
             if not still_held:
                 continue  # committed or abandoned while the statement was in flight
             if states.get(item.job.id) == "cancelled":
-                self._end(item, "cancelled")
+                self._end(item, "cancelled", "heartbeat")
             elif item.ownership.committing:
                 item.next_beat = time.monotonic() + item.heartbeat / 2
             else:
                 self._end(item, "zero_rows")
 
-    def _end(self, item: Held, reason: str) -> None:
-        """End one held lease, exactly once, whichever thread notices first."""
+    def _end(self, item: Held, reason: str, via: str | None = None) -> None:
+        """End one held lease, exactly once, whichever thread notices first (``via``: how
+        a cancel was learned of)."""
         with self._lock:
             if self._held.get(item.job.id) is not item:
                 return
@@ -377,6 +384,7 @@ class HeartbeatThread:
             worker=self._owner,
             reason=reason,
             since_confirmed=round(since_confirmed, 3),
+            via=via,
         )
         item.on_end(reason)  # stop the call first: the journal write may wait on a dead link
         if reason != "cancelled":

@@ -34,6 +34,7 @@ class Ownership:
         # it (it stays True once accepted): a heartbeat that matches zero rows meanwhile
         # crossed our own commit, and is no sign of a lost lease.
         self.committing = False
+        self.cancelled_at: float | None = None  # monotonic, once the owner learned of a cancel
 
     @property
     def status(self) -> Status:
@@ -97,6 +98,7 @@ class Ownership:
             self._status = "cancelled"
             self._reason = "cancelled"
             self.ended = True
+            self.cancelled_at = time.monotonic()
             return True
 
     def _lose(self, reason: str) -> None:

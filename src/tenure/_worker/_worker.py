@@ -70,6 +70,13 @@ EXPIRY_SLACK = 0.005  # wake this long after a foreign lease's end, so it has su
 KEEPALIVE = 5.0  # seconds between the registry's keep-alives when no extension carried one
 KEEPALIVE_RANGE = (0.1, 3600.0)
 UNREGISTER_TIMEOUT = 2.0
+# Pauses between tries of a read or write that failed on a database just back (a re-check
+# of held calls after the LISTEN connection came back, a stopped call's acknowledgement).
+# The first are short: after an outage each try may only find (and discard) one more of the
+# pool's dead connections, which fails at once.
+RETRY_FIRST = 0.01
+RETRY_LAST = 1.0
+STOP_TIMEOUT = 2.0  # one try of a stopped call's acknowledgement
 MAX_NAME = 200  # the journal's and the workers registry's bound
 
 
@@ -182,6 +189,9 @@ class Worker:
         self._loop_seen = time.monotonic()
         self._waitpoint_secret = b""  # read from the database when the worker starts
         self._steps: Steps | None = None  # the jobs' fenced steps, once the store is open
+        self._store: Store | None = None  # while run() runs
+        self._recheck: asyncio.Task[None] | None = None
+        self._acks: set[asyncio.Task[None]] = set()
         self.counts: Counter[str] = Counter()
 
     # -- lifecycle -------------------------------------------------------------
@@ -214,6 +224,9 @@ class Worker:
             if handle_signals:
                 stack.callback(_remove_signal_handlers, loop)
             store = await stack.enter_async_context(Store(dsn, max_size=4))
+            self._store = store
+            # Unwinds after everything else, just before the store closes.
+            stack.push_async_callback(self._forget_store)
             self._waitpoint_secret = await store.waitpoint_secret()
             self._steps = Steps(store, self.name, loop, self.app._new_job)
             registration = self._registration()
@@ -237,10 +250,11 @@ class Worker:
                     dsn,
                     ("tenure_jobs", "tenure_cancel"),
                     functools.partial(self._notified, heartbeat),
-                    on_connect=self._wake.set,
+                    on_connect=functools.partial(self._listening, store, heartbeat),
                     name=self.name,
                 )
             )
+            stack.push_async_callback(self._stop_recheck)  # before the listener stops
             stack.push_async_callback(_cancel_and_wait, asyncio.create_task(self._pulse()))
             log_event(
                 logger,
@@ -533,6 +547,8 @@ class Worker:
                     outcome=finish.outcome,
                     duration=duration,
                 )
+            if ownership.status == "cancelled":
+                self._acknowledge(job, ownership, finish.running)
             return
         log_event(
             logger,
@@ -565,4 +581,83 @@ class Worker:
         for item in payload.split(","):
             job_id, _, token = item.partition(":")
             if job_id.isdigit() and token.isdigit() and int(job_id) in self._active:
-                heartbeat.cancelled(int(job_id), int(token))
+                heartbeat.cancelled(int(job_id), int(token), "notify")
+
+    def _listening(self, store: Store, heartbeat: HeartbeatThread) -> None:
+        """The LISTEN connection is (back) in place. Whatever was announced while it was
+        away reached nobody: the claim loop looks for work, and every held call's job is
+        read again for a cancel (the heartbeat's zero rows would find it too, but only at
+        the next beat: up to a heartbeat period of side effects after the cancel)."""
+        self._wake.set()
+        if self._recheck is not None:
+            self._recheck.cancel()
+        self._recheck = asyncio.create_task(
+            self._recheck_cancels(store, heartbeat), name=f"{self.name}-recheck"
+        )
+
+    async def _recheck_cancels(self, store: Store, heartbeat: HeartbeatThread) -> None:
+        """One read of every held call's job (by id and token); a cancelled one is stopped
+        as a notification would have stopped it. Read again until the database answers:
+        right after a restart the pool's first connections may be the dead ones."""
+        pause = RETRY_FIRST
+        while held := heartbeat.held_tokens():
+            try:
+                cancelled = await store.cancelled_among(held)
+            except psycopg.Error:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, RETRY_LAST)
+                continue
+            for job_id, token in cancelled:
+                heartbeat.cancelled(job_id, token, "recheck")
+            return
+
+    async def _stop_recheck(self) -> None:
+        if self._recheck is not None:
+            await _cancel_and_wait(self._recheck)
+            self._recheck = None
+
+    # -- a cancelled call, stopped ----------------------------------------------
+
+    def _acknowledge(
+        self, job: ClaimedJob, ownership: Ownership, running: asyncio.Future[Any] | None
+    ) -> None:
+        """Journal (call_stopped, notified) that this cancelled call has stopped, once it
+        has: now, or when its thread returns. What `App.cancel(until="stopped")` waits
+        for; without it, the canceller waits for the lease to run out."""
+        if running is None or running.done():
+            self._record_stop(job, ownership)
+        else:
+            running.add_done_callback(lambda _: self._record_stop(job, ownership))
+
+    def _record_stop(self, job: ClaimedJob, ownership: Ownership) -> None:
+        store = self._store
+        if store is None:
+            return  # the worker is gone; the canceller falls back on the lease's end
+        task = asyncio.create_task(self._write_stop(store, job, ownership))
+        self._acks.add(task)
+        task.add_done_callback(self._acks.discard)
+
+    async def _write_stop(self, store: Store, job: ClaimedJob, ownership: Ownership) -> None:
+        """Tried until it lands or the call's lease would have ended anyway: past that,
+        the canceller no longer waits for it."""
+        stopped_at = time.monotonic()
+        since = ownership.cancelled_at if ownership.cancelled_at is not None else stopped_at
+        pause = RETRY_FIRST
+        while True:
+            try:
+                await store.record_stop(
+                    job, self.name, round((stopped_at - since) * 1000), STOP_TIMEOUT
+                )
+                return
+            except psycopg.Error:
+                if time.monotonic() + pause >= ownership.deadline:
+                    return
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RETRY_LAST)
+
+    async def _forget_store(self) -> None:
+        """The store is about to close: unwritten acknowledgements are dropped (their
+        cancellers wait for the lease's end instead)."""
+        self._store = None
+        for task in list(self._acks):
+            await _cancel_and_wait(task)

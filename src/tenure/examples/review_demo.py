@@ -11,6 +11,7 @@ tenure's own tables through the App.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -39,8 +40,21 @@ DEADLINE = 90.0
 class ReviewDemo:
     """Worker processes, the two kills, the late verdict, and the report."""
 
-    def __init__(self, dsn: str, tracker: Tracker, runs: int, workers: int) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        tracker: Tracker,
+        runs: int,
+        workers: int,
+        *,
+        spawning: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
+    ) -> None:
+        """Nothing starts until `run`, so ``close`` can be registered first; each worker
+        is started inside ``spawning()`` (`tenure demo` holds its signals there, so a
+        worker is never started without being known to ``close``)."""
         self.app = App(dsn)
+        self.workers = workers
+        self.spawning = spawning
         self.tracker = tracker
         self.runs = runs
         # The worker processes use this DSN (a DSN file would be a second one: drop it).
@@ -50,13 +64,12 @@ class ReviewDemo:
         self.started = time.monotonic()
         self.late_verdict = "not tried"
         self.signed = 0
-        for _ in range(workers):
-            self.spawn()
 
     def spawn(self) -> str:
         name = f"worker-{len(self.procs) + 1}"
         command = [sys.executable, *WORKER, "--concurrency", "4", "--grace", "2", "--name", name]
-        self.procs[name] = subprocess.Popen(command, env=self.env, stdin=subprocess.DEVNULL)
+        with self.spawning():
+            self.procs[name] = subprocess.Popen(command, env=self.env, stdin=subprocess.DEVNULL)
         return name
 
     def say(self, text: str) -> None:
@@ -82,6 +95,8 @@ class ReviewDemo:
         return self.app.list_jobs_sync(state=state, tool=tool, limit=1000)
 
     def run(self) -> int:
+        for _ in range(self.workers - len(self.procs)):
+            self.spawn()
         ids = [
             self.app.start_run_sync(
                 review,
@@ -193,7 +208,8 @@ class ReviewDemo:
         return 0 if ok else 1
 
     def close(self) -> None:
-        """SIGTERM every worker (their graceful stop), SIGKILL what is left after 10 s."""
+        """SIGTERM every worker (their graceful stop), SIGKILL what is left after 10 s.
+        Safe to call twice."""
         alive = [p for p in self.procs.values() if p.poll() is None]
         for proc in alive:
             proc.terminate()

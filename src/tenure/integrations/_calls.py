@@ -7,8 +7,10 @@ replays the same call finds the job it started instead of running the tool again
 that it raises `Deferred` so the adapter can end the run with the call pending.
 
 What a model is told when a call fails (`failure`) is the tool's name, the job's
-error code and its attempts: never the tool's exception text, which may hold a
-receiver's answer or a customer's data, and never a traceback.
+error code and its attempts, and the message of a failure the tool classified
+itself (``PermanentError("customer 7 is closed")``: the tool's words to its
+caller, as an MCP client gets them); never an unclassified exception's text,
+which may hold a receiver's answer or a customer's data, and never a traceback.
 """
 
 from __future__ import annotations
@@ -108,12 +110,16 @@ async def run_call(
     key: str,
     tenant: str | None,
     defer_after: float | None,
+    lax: bool = False,
 ) -> Any:
     """Queue the call (or find the job its key already names) and return its result.
 
-    Raises PayloadError (arguments outside the tool's signature; nothing queued),
-    JobFailed, JobCancelled, or Deferred once ``defer_after`` seconds passed.
+    ``lax``: the model's trivial slips converted first (`App.coerce_arguments`). Raises
+    PayloadError (arguments outside the tool's signature; nothing queued), JobFailed,
+    JobCancelled, or Deferred once ``defer_after`` seconds passed.
     """
+    if lax:
+        arguments = app.coerce_arguments(tool, arguments)
     job = await app.enqueue(tool, arguments, idempotency_key=key, tenant=tenant)
     try:
         return await app.wait(job.id, timeout=defer_after)
@@ -127,7 +133,9 @@ async def settle(app: App, key: str, tenant: str | None, timeout: float | None) 
 
 
 def failure(tool: str, error: PayloadError | JobFailed | JobCancelled) -> Failure:
-    """The model's view of a call that failed: the code, never the tool's own text."""
+    """The model's view of a call that failed: the code and attempts, and the message of a
+    failure the tool classified itself (``PermanentError``, ...: its words to its caller,
+    as an MCP client is told them); never an unclassified exception's text."""
     if isinstance(error, PayloadError):
         # The problems describe the model's own arguments against the schema it was shown.
         problems = "\n".join(f"- {p}" for p in error.problems) or f"- {error}"
@@ -135,13 +143,15 @@ def failure(tool: str, error: PayloadError | JobFailed | JobCancelled) -> Failur
     if isinstance(error, JobCancelled):
         return Failure(f"The call of {tool} was cancelled; do not call it again for this.", False)
     attempts = f"{error.attempts} attempt" + ("s" if error.attempts != 1 else "")
+    told = error.told
+    said = f" It said: {told}" if told is not None else ""
     if error.code == "permanent":
         return Failure(
             f"The call of {tool} failed permanently (error code: permanent, {attempts}); "
-            "calling it again with the same arguments cannot succeed.",
+            f"calling it again with the same arguments cannot succeed.{said}",
             False,
         )
-    return Failure(f"The call of {tool} failed (error code: {error.code}, {attempts}).", True)
+    return Failure(f"The call of {tool} failed (error code: {error.code}, {attempts}).{said}", True)
 
 
 @dataclass(eq=False)

@@ -10,9 +10,11 @@ schemas are the tenure tools' signatures; each call is a job:
 - in a plain ``Runner.run``, its key is ``openai-agents:{conversation}:{call_id}``, the
   conversation being what ``conversation(ctx)`` reads from the run context, and the call
   waits for the job's result;
-- a failed job is the error string the SDK sends the model instead of a result, worded
-  from the job's error code and attempts only (never the tool's exception text);
-  arguments outside the signature get the list of problems the same way.
+- a failed job is the error string the SDK sends the model instead of a result,
+  worded from the job's error code and attempts, plus the message of a failure the
+  tool classified itself (``PermanentError``, ...), as an MCP client gets it (never an
+  unclassified exception's text); arguments outside the signature get the list of
+  problems the same way.
 
 Approval stays the SDK's: ``needs_approval`` is passed to every tool as given (in a
 durable run, the wait for a person's decision is a waitpoint: see `TenureRunner`).
@@ -49,6 +51,8 @@ class TenureTools:
     ``tools`` names the app's tools to offer (default: all). ``tenant`` (a string or a
     function of the run context) puts the calls in that tenant's keyspace outside a
     durable run (inside one, the run's tenant). ``needs_approval`` is the SDK's, passed on.
+    ``lax`` converts a model's trivial slips (``"2"`` for an ``int``) instead of refusing
+    them.
     """
 
     def __init__(
@@ -59,8 +63,10 @@ class TenureTools:
         conversation: Scope | None = None,
         tenant: str | Scope | None = None,
         needs_approval: NeedsApproval = False,
+        lax: bool = False,
     ) -> None:
         self.app = app
+        self.lax = lax
         self._conversation = conversation
         self._tenant = tenant
         self._needs_approval = needs_approval
@@ -94,6 +100,8 @@ class TenureTools:
             return f"The arguments for {name} are not a JSON object."
         run = current_run()
         try:
+            if self.lax:
+                payload = self.app.coerce_arguments(name, payload)
             if run is not None:
                 done = await run.child_call(name, payload, f"tool.{run.position(call_id, 'child')}")
                 if done.state != "succeeded":

@@ -14,8 +14,10 @@ each tool call becomes a job:
   most, then the run ends with the call in `DeferredToolRequests` and any process
   resumes it later with `TenureToolset.results` (the job's result, when it ends);
 - a failed job becomes `ModelRetry` (calling again may help) or `ToolFailed` (a
-  permanent failure or a cancel), worded from the job's error code and attempts
-  only: the tool's exception text may hold private data and never reaches the model.
+  permanent failure or a cancel), worded from the job's error code and attempts, plus
+  the message of a failure the tool classified itself (``PermanentError``, ...), as
+  an MCP client gets it; an unclassified exception's text may hold private data and
+  never reaches the model.
   Arguments outside the tool's signature become `ModelRetry` listing the problems.
 """
 
@@ -63,7 +65,8 @@ class TenureToolset(AbstractToolset[Any]):
     of the queue. ``defer_after`` (seconds; default: wait as long as the job takes)
     ends the run with calls still running deferred: give the agent an ``output_type``
     that includes `DeferredToolRequests`. ``max_retries`` bounds the model's retries
-    of a tool after `ModelRetry`.
+    of a tool after `ModelRetry`; ``lax`` converts a model's trivial slips (``"2"`` for an
+    ``int``) instead of spending one of those retries on them.
     """
 
     def __init__(
@@ -75,12 +78,14 @@ class TenureToolset(AbstractToolset[Any]):
         defer_after: float | None = None,
         max_retries: int = 1,
         id: str = "tenure",
+        lax: bool = False,
     ) -> None:
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise PolicyError(f"max_retries must be a non-negative int, got {max_retries!r}")
         self._defs = [_definition(app.tool_schema(name)) for name in offered(app, tools)]
         self.app, self.max_retries, self._tenant, self._id = app, max_retries, tenant, id
         self.defer_after = check_defer_after(defer_after)
+        self.lax = lax
 
     @property
     def id(self) -> str:
@@ -104,7 +109,13 @@ class TenureToolset(AbstractToolset[Any]):
         tenant = self._tenant(ctx) if callable(self._tenant) else self._tenant
         try:
             return await run_call(
-                self.app, name, tool_args, key=key, tenant=tenant, defer_after=self.defer_after
+                self.app,
+                name,
+                tool_args,
+                key=key,
+                tenant=tenant,
+                defer_after=self.defer_after,
+                lax=self.lax,
             )
         except Deferred as deferred:
             metadata = {"job_id": deferred.job.id, "key": key, "tenant": tenant, "tool": name}
@@ -120,6 +131,8 @@ class TenureToolset(AbstractToolset[Any]):
         waited for holding no lease; a replay finds the same child and its recorded end."""
         position = f"tool.{run.position(ctx, 'child')}"
         try:
+            if self.lax:
+                tool_args = self.app.coerce_arguments(name, tool_args)
             done = await run.child_call(name, tool_args, position)
         except PayloadError as error:
             raise _framework_error(failure(name, error)) from None

@@ -5,8 +5,10 @@ The plain path answers ``tools/call`` once the job has ended:
 =========== ==============================================================
 job state   ``CallToolResult``
 =========== ==============================================================
-succeeded   the result as text (JSON unless a string) and, for a JSON
-            object, as ``structuredContent``
+succeeded   the result as text (JSON unless a string) and as
+            ``structuredContent``: for a typed result, the object its
+            tool's ``outputSchema`` describes (a result that is no object
+            is its ``result``); for an untyped one, a JSON object itself
 failed      ``isError``: the error code, the attempts used and, for a
             failure the tool classified itself (``PermanentError``,
             ``RetryableError``, ``OutcomeUnknown`` or a type its policy
@@ -19,8 +21,8 @@ cancelled   ``isError`` with code ``cancelled``
 Calls refused before anything was queued are tool errors too (the model can
 fix them): ``invalid_arguments`` lists every problem, ``idempotency_conflict``
 and ``quota_exceeded`` say what to change. Every result carries
-``_meta["tenure/job"]``: the job's id, whether this call created it, its state
-and attempts.
+``_meta["tenure/job"]``: the job's id, whether this call created it, its state,
+attempts and the scope of its key (`job_meta`).
 
 A task-augmented call (`_tasks`) answers ``tasks/result`` with the same
 ``CallToolResult``; job states become task statuses there.
@@ -34,13 +36,11 @@ from typing import Any
 
 from mcp_types import CallToolResult, TextContent
 
-from .._errors import PayloadError
+from .._app import App
+from .._errors import PayloadError, told_message
 from .._job import Job
 
 META_KEY = "tenure/job"
-MAX_TEXT = 2000  # characters of an error message shown to the caller
-# Failures the tool classified itself; their messages are the tool's words to its caller.
-CLASSIFIED = frozenset({"permanent", "retryable", "outcome_unknown"})
 
 
 def _result(
@@ -58,29 +58,37 @@ def _result(
     )
 
 
-def job_meta(job: Job, *, created: bool) -> dict[str, Any]:
-    """``_meta["tenure/job"]``: the job's id, whether this call created it, state, attempts."""
-    return {
-        META_KEY: {"id": job.id, "created": created, "state": job.state, "attempts": job.attempt}
+def job_meta(job: Job, *, created: bool, scope: str | None = None) -> dict[str, Any]:
+    """``_meta["tenure/job"]``: the job's id, whether this call created it, its state and
+    attempts, and the scope its key and task live in (``principal``, ``session``: this
+    connection only, or ``request``: nothing can find it again; see `_caller`)."""
+    about: dict[str, Any] = {
+        "id": job.id,
+        "created": created,
+        "state": job.state,
+        "attempts": job.attempt,
     }
+    if scope is not None:
+        about["scope"] = scope
+    return {META_KEY: about}
 
 
-def job_result(job: Job, *, created: bool) -> CallToolResult:
+def job_result(app: App, job: Job, *, created: bool, scope: str | None = None) -> CallToolResult:
     """The result of a job that has ended (see the table above)."""
-    meta = job_meta(job, created=created)
+    meta = job_meta(job, created=created, scope=scope)
     if job.state == "succeeded":
         value = job.result
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        structured = value if isinstance(value, dict) else None
+        structured = app.structured_result(job.tool, value)
         return _result(text, error=False, structured=structured, meta=meta)
     error = job.error or {}
     code = str(error.get("code", job.state)) if job.state == "failed" else "cancelled"
     detail: dict[str, Any] = {"code": code, "attempts": job.attempt}
     text = f"{job.tool} {job.state} ({code}) after {job.attempt} attempt(s)"
-    message = error.get("message")
-    if code in CLASSIFIED and isinstance(message, str) and message:
-        detail["message"] = message[:MAX_TEXT]
-        text += f": {detail['message']}"
+    message = told_message(error) if job.state == "failed" else None
+    if message is not None:
+        detail["message"] = message
+        text += f": {message}"
     return _result(text, error=True, structured={"error": detail}, meta=meta)
 
 

@@ -1,90 +1,71 @@
-"""MCP tasks: a ``tools/call`` that answers at once with a task, and the job behind it.
+"""MCP tasks: a ``tools/call`` answered at once with a task, and the job behind it, on both
+revisions the SDK speaks (`_wire`'s table):
 
-Everything that depends on the tasks protocol is here, under one revision
-(`TASKS_REVISION`, the 2025-11-25 core tasks), so the next revision (the
-2026-07-28 ``io.modelcontextprotocol/tasks`` extension, SEP-2663: ``tasks/get``,
-``tasks/update``, ``tasks/cancel``, ``resultType: "task"``) is a change of this
-module, not of the server.
+- 2025-11-25, in the core protocol: a call with a ``task`` field gets a
+  ``CreateTaskResult``; ``tasks/get``, ``tasks/result`` (waits, relaying the job's
+  progress on that request and asking the caller its questions), ``tasks/cancel``,
+  ``tasks/list`` (the caller's own calls, newest first, at most `MAX_LISTED`);
+- 2026-07-28, the extension ``io.modelcontextprotocol/tasks`` (SEP-2663): when a request
+  declares it, tenure answers every call with a task (``resultType: "task"``);
+  ``tasks/get`` carries the result once the job ended and the caller's questions
+  (``inputRequests``) while it waits for its caller; ``tasks/update`` delivers the
+  answers; ``tasks/cancel`` cancels. No list, no progress notifications (the extension
+  has neither: progress is in ``statusMessage``).
 
-A task is a job. Its id is ``<job id>.<MAC>``: HMAC-SHA256, under the secret
-the database keeps for waitpoint tokens (migration 0008), of the job and the
-caller's tenant (`_caller`), so it is unguessable, the same on every
-connection of a principal and after a server restart, and it needs no table.
-A task id presented by another caller (another tenant) does not verify: "not
-found", exactly like an unknown id.
+A task is a job; its id is made and read by `_ids` (bound to the caller's scope: a
+principal's tasks are found from any connection and after a restart, another caller's
+are "not found", exactly like an unknown id). A caller that cannot come back (a
+stateless request without a principal, `_caller`) gets no task: the plain path.
 
-=============== ================= ==========================================
-job state       task status       ``statusMessage``
-=============== ================= ==========================================
-queued          ``working``       queued (again after attempt n of m)
-running         ``working``       attempt n of m, lease until ...; progress
-waiting         ``input_required`` the waitpoint's name and time left, and
-                                  how it is answered (never its request)
+=============== =============================== ==============================================
+job state       task status                     ``statusMessage``
+=============== =============================== ==============================================
+queued          ``working``                     queued (again after attempt n of m)
+running         ``working``                     attempt n of m, lease until ...; progress
+waiting         ``input_required`` (a question  where it waits and for whom (`_ask`): never
+                for its caller), else           the token or the tool's request
+                ``working`` (it waits for a
+                person or service)
 succeeded       ``completed``
-failed          ``failed``        the error code and attempts
+failed          ``failed`` (2025-11-25);        the error code and attempts
+                ``completed``, its result a
+                tool error (2026-07-28: a task
+                fails only on a protocol error)
 cancelled       ``cancelled``
-=============== ================= ==========================================
+=============== =============================== ==============================================
 
-``ttl`` is the job's retention (the tool's, else the app's): tenure keeps a
-task that long after it *ended* (the revision counts from creation, so it is
-kept at least that long); a client's requested ``ttl`` is not honoured.
-``pollInterval`` is 1 s while working, 5 s while waiting for input.
-``tasks/result`` waits for the job's end by the App's pushed completion
-(`App.wait`, a database notification) and answers with the plain path's
-``CallToolResult`` (`_outcome.job_result`). ``tasks/cancel`` is `App.cancel`.
-``tasks/list`` lists the caller's own calls, newest first (at most
-`MAX_LISTED`, no further pages).
+``ttl`` is the job's retention (the tool's, else the app's): tenure keeps a task that
+long after it *ended* (the revisions count from creation, so it is kept at least that
+long); a client's requested ``ttl`` is not honoured. The poll interval is 1 s while
+working, 5 s while waiting for input.
 
-Input. By default the MCP client is not asked: a waitpoint is answered by
-whoever the tool gave its token to (``wp.token``: the person or service that
-decides), with `App.complete_waitpoint` or the dashboard's ``POST
-/api/waitpoints/{token}``; the task then goes back to ``working``. The client
-sees ``input_required`` and a message naming the waitpoint, never the token or
-the request. With ``server(app, answer_waitpoints=True)`` the revision's own
-way is used too: while the task's caller waits in ``tasks/result``, each open
-waitpoint's question (its name and request) is asked once by
-``elicitation/create`` (related to the task), and an accepted reply's
-``answer`` answers it (the server derives the tool's token: `derive_token`).
-Opt in only where the caller may decide: an approval the agent's own user may
-not give must stay with its token.
-
-Why the SDK needs two small bridges: it dispatches ``tasks/*`` as custom
-methods (`register`), but sieves every ``tools/call`` result at 2025-11-25
-into a ``CallToolResult``, which has no ``task``. So the call handler returns a
-``CallToolResult`` that carries the task in a private ``_meta`` entry, and
-`TaskResultMiddleware` turns that back into the ``CreateTaskResult`` after the
-sieve. Its own client parses no ``CreateTaskResult`` for ``tools/call``
-either: a client sends that call raw (see the tests) and the ``tasks/*``
-requests with ``session.send_request``.
+Why the 2025-11-25 reply needs a small bridge: the SDK sieves every ``tools/call`` result
+at that revision into a ``CallToolResult``, which has no ``task``. So the handler returns
+a result that carries the task in a private ``_meta`` entry, and `TaskResultMiddleware`
+(the SDK's public middleware chain) turns it back into the ``CreateTaskResult`` after the
+sieve, keeping an empty ``content``: the SDK's own client checks every ``tools/call``
+reply against ``CallToolResult``, so that is what lets it read a task with its public
+``send_request``.
 """
 
 from __future__ import annotations
 
-import base64
-import hmac
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import ServerMessageMetadata
 from mcp_types import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
-    CancelTaskRequestParams,
+    CallToolResult,
     CreateTaskResult,
-    ElicitRequest,
-    ElicitRequestFormParams,
-    ElicitResult,
-    GetTaskPayloadRequestParams,
-    GetTaskRequestParams,
     PaginatedRequestParams,
-    RequestParamsMeta,
+    RequestParams,
     ServerCapabilities,
     ServerTasksCapability,
     ServerTasksRequestsCapability,
@@ -97,54 +78,72 @@ from mcp_types import (
     ToolExecution,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import Field
 
 from .._app import App
-from .._errors import Conflict, JobAlreadyEnded, JobCancelled, JobFailed, JobNotFound
+from .._errors import JobAlreadyEnded, JobNotFound
 from .._job import Job
-from .._waitpoint import derive_token
+from . import _ids
+from ._ask import (
+    Waitpoint,
+    answer,
+    for_caller,
+    input_key,
+    open_waitpoints,
+    request_of,
+    waiting_message,
+)
 from ._caller import Caller, Channel
+from ._follow import follow
 from ._outcome import job_result
-from ._sdk import Ctx
+from ._wire import RELATED_TASK, TASKS_EXTENSION, Ctx, Wire
 
 logger = logging.getLogger("tenure.mcp")
 
-TASKS_REVISION = "2025-11-25"  # the protocol revision whose tasks this module implements
-RELATED_TASK = "io.modelcontextprotocol/related-task"  # the revision's _meta key
 TASK_MARK = "tenure/task"  # private: carries a created task past the SDK's result sieve
 MAX_LISTED = 100
 POLL_WORKING_MS = 1000
 POLL_INPUT_MS = 5000
-MAC_CHARS = 32  # of base64url: 192 bits
-MAX_TASK_ID = 80
-ANSWER = "answer"  # the one field of the form a waitpoint's question is asked with
-MAX_QUESTION = 2000  # characters of a waitpoint's request shown in that form
+MISSING_CAPABILITY = -32021  # the revision's "Missing required client capability"
+NOT_FOUND = "Failed to retrieve task: Task not found"
 
 STATUS: dict[str, TaskStatus] = {
     "queued": "working",
     "running": "working",
-    "waiting": "input_required",
+    "waiting": "working",  # input_required only when its caller is the one asked
     "succeeded": "completed",
     "failed": "failed",
     "cancelled": "cancelled",
 }
 
-
-def wants_task(ctx: Ctx, caller: Caller) -> bool:
-    """Whether this ``tools/call`` asked for a task and may have one: on the revision,
-    by a caller that can come back for it (not a stateless request)."""
-    params = ctx.params or {}
-    return (
-        ctx.protocol_version == TASKS_REVISION
-        and isinstance(params.get("task"), dict)
-        and caller.returns
-    )
+Who = Callable[[Ctx], tuple[Wire, Caller]]
 
 
-def execution(ctx: Ctx) -> ToolExecution | None:
-    """A listed tool's ``execution``: every tool may run as a task on the revision."""
-    return (
-        ToolExecution(task_support="optional") if ctx.protocol_version == TASKS_REVISION else None
-    )
+class TaskIdParams(RequestParams):
+    """``tasks/get``, ``tasks/result``, ``tasks/cancel``: the task's id (any text: it is
+    read strictly by `_ids`, never trusted)."""
+
+    task_id: Any = Field(alias="taskId")
+
+
+class UpdateParams(TaskIdParams):
+    """``tasks/update`` (the extension): answers to the task's input requests."""
+
+    input_responses: dict[str, Any] = Field(alias="inputResponses", default_factory=dict)
+
+
+def wants_task(ctx: Ctx, wire: Wire, caller: Caller) -> bool:
+    """Whether this ``tools/call`` is answered with a task: on the core revision when it
+    asks for one, with the extension whenever the request declares it; and only for a
+    caller that can come back for it."""
+    if not caller.returns or wire.tasks is None:
+        return False
+    return wire.tasks == "extension" or isinstance((ctx.params or {}).get("task"), dict)
+
+
+def execution(wire: Wire) -> ToolExecution | None:
+    """A listed tool's ``execution``: every tool may run as a core task."""
+    return ToolExecution(task_support="optional") if wire.tasks == "core" else None
 
 
 def capability() -> ServerTasksCapability:
@@ -158,9 +157,10 @@ def capability() -> ServerTasksCapability:
 
 
 class TaskServer(Server[Channel]):
-    """The SDK's server, advertising tasks on the handshake revisions (the SDK derives
-    capabilities from spec handlers only; ``tasks/*`` are custom to it). A client that
-    negotiated an older one than `TASKS_REVISION` sees the capability but gets no task."""
+    """The SDK's server, advertising the core tasks on the handshake revisions (the SDK
+    derives capabilities from spec handlers only; ``tasks/*`` are custom to it) and the
+    extension on 2026-07-28 (``server.extensions``). A client that negotiated an older
+    revision than `TASKS_REVISION` sees the capability but gets no task."""
 
     def get_capabilities(
         self,
@@ -184,191 +184,222 @@ class TaskServer(Server[Channel]):
 class Tasks:
     """The ``tasks/*`` handlers and the task of a job, over one App."""
 
-    def __init__(self, app: App, caller_of: Callable[[Ctx], Caller], *, ask: bool) -> None:
+    def __init__(self, app: App, who: Who) -> None:
         self.app = app
-        self._caller_of = caller_of
-        self.ask = ask  # the server's answer_waitpoints: see `_ask`
-        self._secret: bytes | None = None
+        self._who = who
+        self._key: bytes | None = None
 
-    async def _key(self) -> bytes:
-        if self._secret is None:
-            store = await self.app._store()  # the App's; no SQL here
-            self._secret = await store.waitpoint_secret()
-        return self._secret
+    async def task_id(self, caller: Caller, job: Job) -> str:
+        return _ids.make_id(await self._keyed(), caller.id_scope, job.id)
 
-    async def task_id(self, job: Job) -> str:
-        """``<job>.<MAC>``; the message cannot be a waitpoint token's (``<job>\\n<name>``)."""
-        mac = hmac.new(await self._key(), f"mcp-task\0{job.tenant}\0{job.id}".encode(), "sha256")
-        return f"{job.id}.{base64.urlsafe_b64encode(mac.digest()).decode()[:MAC_CHARS]}"
+    async def find(self, caller: Caller, task_id: object, *, held: bool = False) -> Job | None:
+        """The caller's job that ``task_id`` names, or None (never an error). ``held``: the
+        id was handed to this very call (a ``requestState``), which a caller without any
+        scope may hold too: the MAC shows it was ours to hand out."""
+        job_id = _ids.job_of(task_id)
+        if job_id is None:
+            return None
+        try:
+            job = await self.app.get(job_id, tenant=caller.tenant)
+        except JobNotFound:
+            return None
+        mine = caller.owns(job) or (held and caller.scope == "request")
+        if not mine or not _ids.same(await self._keyed(), caller.id_scope, job.id, str(task_id)):
+            return None
+        return job
 
-    async def task(self, job: Job) -> Task:
-        status = STATUS[job.state]
+    async def _keyed(self) -> bytes:
+        if self._key is None:
+            self._key = await self.app.derived_key(_ids.KEY_PURPOSE)
+        return self._key
+
+    # -- what a task says --------------------------------------------------------------
+
+    async def _state(
+        self, job: Job
+    ) -> tuple[TaskStatus, str | None, list[Waitpoint], list[Waitpoint]]:
+        """The task's status and message, the job's open waitpoints and those its caller
+        is asked about."""
+        waitpoints = await open_waitpoints(self.app, job)
+        asked = for_caller(waitpoints)
+        status: TaskStatus = "input_required" if asked else STATUS[job.state]
+        if job.state == "waiting":
+            return status, waiting_message(job, waitpoints), waitpoints, asked
+        return status, _message(job), waitpoints, asked
+
+    def _retention_ms(self, job: Job) -> int:
+        spec = self.app.tools.get(job.tool)
+        seconds = self.app.retain if spec is None or spec.retain is None else spec.retain
+        return round(seconds * 1000)
+
+    async def core_task(self, caller: Caller, job: Job) -> Task:
+        status, message, _, _ = await self._state(job)
         return Task(
-            task_id=await self.task_id(job),
+            task_id=await self.task_id(caller, job),
             status=status,
-            status_message=await self._message(job),
+            status_message=message,
             created_at=_iso(job.created_at),
             last_updated_at=_iso(job.updated_at),
-            ttl=round(self._retention(job) * 1000),
+            ttl=self._retention_ms(job),
             poll_interval=POLL_INPUT_MS if status == "input_required" else POLL_WORKING_MS,
         )
 
-    async def created(self, job: Job) -> dict[str, Any]:
-        """What the call handler puts in its result's ``_meta`` for `TaskResultMiddleware`."""
-        return {
-            TASK_MARK: (await self.task(job)).model_dump(
-                by_alias=True, mode="json", exclude_none=True
-            )
+    async def extension_task(self, caller: Caller, job: Job, *, detailed: bool) -> dict[str, Any]:
+        """The extension's task (``detailed``: with its result or input requests)."""
+        status, message, _, asked = await self._state(job)
+        if status == "failed":  # a tool error is a completed call with isError
+            status = "completed"
+        task: dict[str, Any] = {
+            "taskId": await self.task_id(caller, job),
+            "status": status,
+            "createdAt": _iso(job.created_at),
+            "lastUpdatedAt": _iso(job.updated_at),
+            "ttlMs": self._retention_ms(job),
+            "pollIntervalMs": POLL_INPUT_MS if status == "input_required" else POLL_WORKING_MS,
         }
-
-    def _retention(self, job: Job) -> float:
-        spec = self.app.tools.get(job.tool)
-        return self.app.retain if spec is None or spec.retain is None else spec.retain
-
-    async def _message(self, job: Job) -> str | None:
-        tries = f"attempt {job.attempt} of {job.max_attempts}"
-        if job.state == "queued":
-            return f"queued again after attempt {tries}" if job.attempt else "queued"
-        if job.state == "running":
-            text = tries
-            if job.lease_until is not None:
-                text += f", lease until {_iso(job.lease_until)}"
-            progress = job.progress or {}
-            if "done" in progress:
-                total = progress.get("total")
-                text += f"; progress {progress['done']:g}" + (
-                    "" if total is None else f"/{total:g}"
+        if message is not None:
+            task["statusMessage"] = message
+        if detailed and status == "input_required":
+            task["inputRequests"] = {
+                input_key(wp): request_of(job, wp).model_dump(
+                    by_alias=True, mode="json", exclude_none=True
                 )
-                if isinstance(progress.get("message"), str):
-                    text += f": {progress['message']}"
-            return text
-        if job.state == "waiting":
-            return await self._waiting(job)
-        if job.state == "failed":
-            code = (job.error or {}).get("code", "failed")
-            return f"failed ({code}) after {job.attempt} attempt(s)"
-        return None
+                for wp in asked
+            }
+        if detailed and status == "completed":
+            task["result"] = job_result(
+                self.app, job, created=False, scope=caller.scope
+            ).model_dump(by_alias=True, mode="json", exclude_none=True)
+        return task
 
-    async def _waiting(self, job: Job) -> str:
-        open_ = [w for w in await self.app.job_waitpoints(job.id) if w["state"] == "open"]
-        if not open_:
-            return "waiting for input"
-        wp = open_[0]
-        return (
-            f"waiting for input at waitpoint {wp['name']!r} ({wp['seconds_left']:.0f} s left); "
-            "whoever holds its token answers it (App.complete_waitpoint, or the dashboard's "
-            "POST /api/waitpoints/{token})"
-        )
+    async def created(self, wire: Wire, caller: Caller, job: Job, meta: dict[str, Any]) -> Any:
+        """The reply to a task-augmented ``tools/call``: the core revision's result marked
+        for `TaskResultMiddleware`, or the extension's ``CreateTaskResult``."""
+        if wire.tasks == "core":
+            core = await self.core_task(caller, job)
+            dumped = core.model_dump(by_alias=True, mode="json", exclude_none=True)
+            return CallToolResult(content=[], _meta={**meta, TASK_MARK: dumped})
+        task = await self.extension_task(caller, job, detailed=False)
+        return {"resultType": "task", **task, "_meta": meta}
 
-    # -- lookups -----------------------------------------------------------------------------
+    # -- lookups -----------------------------------------------------------------------
 
-    async def _job(self, ctx: Ctx, task_id: str) -> Job:
-        if ctx.protocol_version != TASKS_REVISION:
-            raise MCPError(METHOD_NOT_FOUND, "Method not found")
-        caller = self._caller_of(ctx)
-        job_id, dot, _ = task_id.partition(".")
-        if dot and len(task_id) <= MAX_TASK_ID and job_id.isdigit():
-            try:
-                job = await self.app.get(int(job_id), tenant=caller.tenant)
-            except JobNotFound:
-                pass
-            else:
-                if hmac.compare_digest(await self.task_id(job), task_id):
-                    return job
-        raise MCPError(INVALID_PARAMS, "Failed to retrieve task: Task not found")
+    async def _job(
+        self, ctx: Ctx, task_id: object, *, only: str | None = None
+    ) -> tuple[Wire, Caller, Job]:
+        wire, caller = self._who(ctx)
+        _served(ctx, wire, only)
+        job = await self.find(caller, task_id)
+        if job is None:
+            raise MCPError(INVALID_PARAMS, NOT_FOUND)
+        return wire, caller, job
 
-    # -- tasks/get, tasks/result, tasks/cancel, tasks/list ----------------------------------------
+    # -- tasks/get, tasks/result, tasks/cancel, tasks/list, tasks/update ---------------
 
-    async def get(self, ctx: Ctx, params: GetTaskRequestParams) -> HandlerResult:
-        return await self.task(await self._job(ctx, params.task_id))
+    async def get(self, ctx: Ctx, params: TaskIdParams) -> HandlerResult:
+        wire, caller, job = await self._job(ctx, params.task_id)
+        if wire.tasks == "core":
+            return await self.core_task(caller, job)
+        return await self.extension_task(caller, job, detailed=True)
 
-    async def result(self, ctx: Ctx, params: GetTaskPayloadRequestParams) -> HandlerResult:
-        job = await self._job(ctx, params.task_id)
-        if self.ask:
-            asked: set[str] = set()
-            async for now in self.app.watch(job.id):  # pushed, like App.wait
-                if now.state == "waiting":
-                    await self._ask(ctx, now, params.task_id, asked)
-        else:
-            try:
-                await self.app.wait(job.id)  # pushed: the commit notifies
-            except (JobFailed, JobCancelled):
-                pass
-        final = await self.app.get(job.id)
-        answer = job_result(final, created=False)
-        answer.meta = {**(answer.meta or {}), RELATED_TASK: {"taskId": params.task_id}}
-        return answer
+    async def result(self, ctx: Ctx, params: TaskIdParams) -> HandlerResult:
+        """(2025-11-25) Wait for the job's end, relaying its progress on this request and
+        asking the caller its questions; then the plain path's result."""
+        wire, caller, job = await self._job(ctx, params.task_id, only="core")
+        task_id = str(params.task_id)
+        final = await follow(self.app, ctx, wire, caller, job, task_id=task_id)
+        assert isinstance(final, Job)  # this wire asks by request, never by result
+        answer_ = job_result(self.app, final, created=False, scope=caller.scope)
+        answer_.meta = {**(answer_.meta or {}), RELATED_TASK: {"taskId": task_id}}
+        return answer_
 
-    async def _ask(self, ctx: Ctx, job: Job, task_id: str, asked: set[str]) -> None:
-        """Opt-in (``server(app, answer_waitpoints=True)``): ask the task's own caller each
-        open waitpoint's question once (``elicitation/create``, related to the task) and
-        answer it with the reply. The server derives the waitpoint's token itself (the
-        tool's token: HMAC of the job and name under the database's secret)."""
-        for wp in await self.app.job_waitpoints(job.id):
-            if wp["state"] != "open" or wp["name"] in asked:
-                continue
-            asked.add(wp["name"])
-            question = f"{job.tool} waits for an answer at {wp['name']!r}"
-            if wp["request"] is not None:
-                question += f": {json.dumps(wp['request'], ensure_ascii=False)[:MAX_QUESTION]}"
-            form = ElicitRequestFormParams(
-                message=question,
-                requested_schema={
-                    "type": "object",
-                    "properties": {ANSWER: {"type": "string"}},
-                    "required": [ANSWER],
-                },
-                _meta=cast(RequestParamsMeta, {RELATED_TASK: {"taskId": task_id}}),
-            )
-            try:
-                reply = await ctx.session.send_request(
-                    ElicitRequest(params=form),
-                    ElicitResult,
-                    metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
-                )
-            except MCPError:  # the client cannot be asked (or refused to be): it waits
-                return
-            if reply.action == "accept" and reply.content and ANSWER in reply.content:
-                token = derive_token(await self._key(), job.id, wp["name"])
-                try:
-                    await self.app.complete_waitpoint(token, reply.content[ANSWER])
-                except Conflict:  # answered elsewhere meanwhile, or timed out
-                    pass
-
-    async def cancel(self, ctx: Ctx, params: CancelTaskRequestParams) -> HandlerResult:
-        job = await self._job(ctx, params.task_id)
+    async def cancel(self, ctx: Ctx, params: TaskIdParams) -> HandlerResult:
+        wire, caller, job = await self._job(ctx, params.task_id)
         try:
             job = await self.app.cancel(job.id)
         except JobAlreadyEnded as exc:
+            if wire.tasks == "extension":
+                return {}  # the extension acknowledges; the task says how it ended
             raise MCPError(
                 INVALID_PARAMS,
                 f"Cannot cancel task: already in terminal status {STATUS[exc.job.state]!r}",
             ) from None
-        return await self.task(job)
+        return await self.core_task(caller, job) if wire.tasks == "core" else {}
 
     async def list(self, ctx: Ctx, params: PaginatedRequestParams) -> HandlerResult:
-        if ctx.protocol_version != TASKS_REVISION:
-            raise MCPError(METHOD_NOT_FOUND, "Method not found")
-        caller = self._caller_of(ctx)
-        jobs = await self.app.list_jobs(tenant=caller.tenant, limit=MAX_LISTED)
+        """(2025-11-25) The caller's own calls, newest first."""
+        wire, caller = self._who(ctx)
+        _served(ctx, wire, "core")
+        if not caller.returns:
+            return {"tasks": []}
+        jobs = [
+            j
+            for j in await self.app.list_jobs(tenant=caller.tenant, limit=MAX_LISTED * 10)
+            if caller.owns(j)
+        ]
         tasks = [
-            (await self.task(j)).model_dump(by_alias=True, mode="json", exclude_none=True)
-            for j in jobs
+            (await self.core_task(caller, j)).model_dump(
+                by_alias=True, mode="json", exclude_none=True
+            )
+            for j in jobs[:MAX_LISTED]
         ]
         return {"tasks": tasks}
 
+    async def update(self, ctx: Ctx, params: UpdateParams) -> HandlerResult:
+        """(the extension) Answers to the task's input requests: each answers its waitpoint;
+        keys it never asked about (or already answered) are ignored."""
+        _, caller, job = await self._job(ctx, params.task_id, only="extension")
+        waitpoints = await open_waitpoints(self.app, job)
+        for key, reply in params.input_responses.items():
+            if isinstance(key, str) and key.startswith("waitpoint:"):
+                await answer(
+                    self.app, caller, job, waitpoints, key.removeprefix("waitpoint:"), reply
+                )
+        return {}
+
+
+def _served(ctx: Ctx, wire: Wire, only: str | None) -> None:
+    """Refuse a ``tasks/*`` request its wire does not serve, as the revision says to."""
+    if wire.tasks is None and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        raise MCPError(
+            MISSING_CAPABILITY,
+            "Missing required client capability",
+            data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+        )
+    if wire.tasks is None or (only is not None and wire.tasks != only):
+        raise MCPError(METHOD_NOT_FOUND, "Method not found")
+
+
+def _message(job: Job) -> str | None:
+    tries = f"attempt {job.attempt} of {job.max_attempts}"
+    if job.state == "queued":
+        return f"queued again after {tries}" if job.attempt else "queued"
+    if job.state == "running":
+        text = tries
+        if job.lease_until is not None:
+            text += f", lease until {_iso(job.lease_until)}"
+        progress = job.progress or {}
+        if "done" in progress:
+            total = progress.get("total")
+            text += f"; progress {progress['done']:g}" + ("" if total is None else f"/{total:g}")
+            if isinstance(progress.get("message"), str):
+                text += f": {progress['message']}"
+        return text
+    if job.state == "failed":
+        code = (job.error or {}).get("code", "failed")
+        return f"failed ({code}) after {job.attempt} attempt(s)"
+    return None
+
 
 def register(server: Server[Any], tasks: Tasks) -> None:
-    """Serve ``tasks/*`` (custom methods to the SDK: dispatched, never sieved) and un-sieve
-    the ``CreateTaskResult`` of a task-augmented ``tools/call``."""
-    server.add_request_handler("tasks/get", GetTaskRequestParams, _guarded("get", tasks.get))
-    server.add_request_handler(
-        "tasks/result", GetTaskPayloadRequestParams, _guarded("result", tasks.result)
-    )
-    server.add_request_handler(
-        "tasks/cancel", CancelTaskRequestParams, _guarded("cancel", tasks.cancel)
-    )
+    """Serve ``tasks/*`` (custom methods to the SDK: dispatched, never sieved), advertise
+    the extension, and un-sieve the core revision's ``CreateTaskResult``."""
+    server.add_request_handler("tasks/get", TaskIdParams, _guarded("get", tasks.get))
+    server.add_request_handler("tasks/result", TaskIdParams, _guarded("result", tasks.result))
+    server.add_request_handler("tasks/cancel", TaskIdParams, _guarded("cancel", tasks.cancel))
     server.add_request_handler("tasks/list", PaginatedRequestParams, _guarded("list", tasks.list))
+    server.add_request_handler("tasks/update", UpdateParams, _guarded("update", tasks.update))
+    server.extensions[TASKS_EXTENSION] = {}
     server.middleware.append(TaskResultMiddleware())
 
 
@@ -397,8 +428,9 @@ def _guarded(
 
 
 class TaskResultMiddleware:
-    """After the SDK's sieve: a ``tools/call`` result carrying `TASK_MARK` becomes the
-    revision's ``CreateTaskResult`` (only our handler sets it, only for a task)."""
+    """After the SDK's sieve: a ``tools/call`` result carrying `TASK_MARK` becomes the core
+    revision's ``CreateTaskResult`` (only our handler sets it, only for a task), keeping
+    the empty ``content`` the SDK's client checks for."""
 
     async def __call__(self, ctx: Ctx, call_next: CallNext) -> HandlerResult:
         result = await call_next(ctx)
@@ -409,7 +441,7 @@ class TaskResultMiddleware:
             return result
         rest = {k: v for k, v in meta.items() if k != TASK_MARK}
         created = CreateTaskResult(task=Task.model_validate(meta[TASK_MARK]), _meta=rest or None)
-        return created.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return {"content": [], **created.model_dump(by_alias=True, mode="json", exclude_none=True)}
 
 
 def _iso(moment: datetime) -> str:

@@ -22,7 +22,7 @@ from tests.support.waiting import wait_until_async
 
 import tenure
 from tenure import App, RunEvent
-from tenure.integrations.pydantic_ai import TenureDurability, run_context
+from tenure.integrations.pydantic_ai import TenureDurability, TenureToolset, run_context
 
 pytest.importorskip("pydantic_ai")
 
@@ -163,3 +163,31 @@ async def test_watching_a_run_tells_its_steps_waits_tools_and_output(
     assert events[2].detail["kind"] == "answer"  # a person's approval
     assert events[3].detail["tool"] == "refund"
     assert events[-1].detail == {"output": {"order": "o-42", "approved": True}}
+
+
+async def test_a_durable_runs_tenure_tool_takes_a_models_slip_with_lax(tenure_dsn: str) -> None:
+    """``TenureToolset(lax=True)`` converts "21" for an int on a durable run's child call too
+    (before, only a plain run's call was converted; the child was refused, the model retried)."""
+    app = App(tenure_dsn)
+
+    @app.tool(lease=5, heartbeat=1, jitter=1)
+    async def double(ctx: tenure.Context, n: int) -> int:
+        return 2 * n
+
+    def slip(messages: list[msg.ModelMessage], info: AgentInfo) -> msg.ModelResponse:
+        returned = [p for m in messages for p in m.parts if isinstance(p, msg.ToolReturnPart)]
+        if not returned:
+            call = msg.ToolCallPart("double", {"n": "21"}, tool_call_id="call_0")
+            return msg.ModelResponse(parts=[call])
+        return msg.ModelResponse(parts=[msg.TextPart(str(returned[0].content))])
+
+    durability = TenureDurability[None](app, lease=5, heartbeat=1, jitter=1)
+    toolset = TenureToolset(app, lax=True, max_retries=0)
+    Agent(FunctionModel(slip), name="lax", toolsets=[toolset], capabilities=[durability])
+    try:
+        async with running(app):
+            assert await durability.run("double 21", key="lax-1", timeout=60) == "42"
+        (child,) = await app.list_jobs(tool="double")
+        assert child.payload == {"n": 21}
+    finally:
+        await app.aclose()

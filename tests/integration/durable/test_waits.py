@@ -177,7 +177,9 @@ async def _claimed_parent_and_child(store: Store) -> tuple[Any, int]:
 
 
 def _wait_for(parent: Any, children: list[int]) -> Finish:
-    wait = OpenWaitpoint("wait#0~1", "a" * 64, 60_000, "resume", None, "children", tuple(children))
+    wait = OpenWaitpoint(
+        "wait#0~1", "a" * 64, 60_000, "resume", None, kind="children", waiting_on=tuple(children)
+    )
     return Finish(parent.id, parent.token, "waiting", waitpoint=wait)
 
 

@@ -192,6 +192,52 @@ async def test_only_the_names_it_is_bound_to_are_answered(tenure_dsn: str, store
         create_dashboard(tenure_dsn, allowed_hosts=["http://dash.example/"])
 
 
+FOREIGN_ORIGINS = (
+    "https://evil.example",
+    "null",
+    "http://{host}:{port}.evil.example",
+    "http://{host}:{other}",
+    "http://localhost:{port}",  # a different origin than the page's own, though loopback
+    "http://{host}:{port}/",
+    "{host}:{port}",
+)
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1", "127.0.0.2"])
+async def test_a_foreign_origin_is_refused_on_every_bind(
+    tenure_dsn: str, store: Store, bind: str
+) -> None:
+    """A page elsewhere cannot read the dashboard through a visitor's browser, nor send
+    it a webhook answer, on any bind (127.0.0.2 too: loopback, but not one of the three
+    names the MCP SDK checks). No Origin (curl, a webhook sender) and the dashboard's own
+    origin pass."""
+    job_id = await _running(store)
+    server = ServerThread(create_dashboard(tenure_dsn, access_token=TOKEN), bind, 0)
+    url = server.start()
+    port = urlsplit(url).port
+    assert url.startswith(f"http://{bind}:") and port is not None
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        with httpx.Client(base_url=url, timeout=10, headers=bearer) as client:
+            own = {"Origin": f"http://{bind}:{port}"}
+            for route in ROUTES:
+                path = route.format(id=job_id)
+                assert client.get(path).status_code == 200, path
+                assert client.get(path, headers=own).status_code == 200, path
+                for origin in FOREIGN_ORIGINS:
+                    sent = origin.format(host=bind, port=port, other=port + 1)
+                    refused = client.get(path, headers={"Origin": sent})
+                    assert refused.status_code == 403, (sent, path, refused.status_code)
+                    assert "w-dash" not in refused.text and "tenure_" not in refused.text
+            answer = client.post(
+                "/waitpoints/wp_x", json=1, headers={"Origin": "https://evil.example"}
+            )
+            assert answer.status_code == 403
+            assert client.post("/waitpoints/wp_x", json=1, headers=own).status_code == 409
+    finally:
+        server.stop()
+
+
 async def test_non_ascii_credentials_are_refused_cleanly(
     store: Store, locked_board: httpx.Client
 ) -> None:

@@ -241,7 +241,11 @@ async def test_a_pipeline_run_is_drawn_as_its_graph(
             "        (%(r)s, 'qa', 2, 'stage', 'waiting', NULL)",
             {"r": run[0]},
         )
-    html = open_board.get("/api/overview").json()["pipelines"]
+    overview = open_board.get("/api/overview").json()["pipelines"]
+    assert f'href="/pipelines/{run[0]}"' in overview and "run-graph" not in overview
+    listing = open_board.get("/api/pipelines").json()["pipelines"]
+    assert f'<tr data-run="{run[0]}">' in listing and "run-graph" not in listing
+    html = open_board.get(f"/api/pipelines/{run[0]}").json()["run"]  # the run's own page
     assert f'<svg class="run-graph" data-run="{run[0]}"' in html
     assert 'data-stage="qa" data-state="waiting" data-round="2"' in html
     assert 'data-stage="develop" data-state="succeeded" data-round="2"' in html
@@ -250,3 +254,9 @@ async def test_a_pipeline_run_is_drawn_as_its_graph(
     for verdict in ("approve", "reject"):
         assert f'<g class="edge" data-verdict="{verdict}">' in html
     assert "secret" not in html and CANARY not in html  # a stage's arguments never show
+    page = open_board.get(f"/pipelines/{run[0]}")
+    assert page.status_code == 200 and f'data-run="{run[0]}"' in page.text
+    assert CANARY not in page.text
+    for missing in (run[0] + 1, 2**63):  # no such run; past a bigint
+        assert open_board.get(f"/pipelines/{missing}").status_code == 404
+        assert open_board.get(f"/api/pipelines/{missing}").status_code == 404

@@ -104,8 +104,17 @@ async def test_writer_batches_back_dates_and_copies_the_payload_hash(store: Stor
         monotonic=time.monotonic() - 3.0,  # it happened three seconds ago
     )
     writer(late)
-    writer(Event("tool_request_started", job=job.id, worker="w1", fields={"operation": "x"}))
-    writer(Event("ownership_unknown", job=job.id, worker="someone else"))
+    now = time.monotonic()  # (an Event's default, 0.0, would date it at the machine's boot)
+    writer(
+        Event(
+            "tool_request_started",
+            job=job.id,
+            worker="w1",
+            fields={"operation": "x"},
+            monotonic=now,
+        )
+    )
+    writer(Event("ownership_unknown", job=job.id, worker="someone else", monotonic=now))
     await writer.stop()
     assert writer.written == 2
     unknown, started = await store.job_timeline(job.id)

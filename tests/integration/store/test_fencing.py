@@ -1,7 +1,9 @@
 """Heartbeats and commits only ever succeed for the current owner's token."""
 
 import asyncio
+from datetime import timedelta
 
+import psycopg
 from tests.integration.store.helpers import new_job
 from tests.support.waiting import wait_until_async
 
@@ -106,7 +108,8 @@ async def test_release_refunds_the_attempt(store: Store) -> None:
 async def test_cancel_makes_the_owner_lose_its_lease(store: Store, tenure_dsn: str) -> None:
     job = await _claimed(store)
     cancelled = await store.cancel(job.id)
-    assert cancelled is not None and cancelled.state == "cancelled"
+    assert cancelled is not None and cancelled.job.state == "cancelled"
+    assert cancelled.held_until == job.lease_until  # the lease its owner held until then
     assert await store.cancel(job.id) is None
     lease = LeaseConnection(tenure_dsn)
     try:
@@ -119,6 +122,40 @@ async def test_cancel_makes_the_owner_lose_its_lease(store: Store, tenure_dsn: s
     assert verdict == {job.id: False}
     retried = await store.retry(job.id)
     assert retried is not None and retried.state == "queued"
+
+
+async def test_a_cancel_reports_the_lease_as_an_extension_that_committed_meanwhile_left_it(
+    store: Store, tenure_dsn: str
+) -> None:
+    """held_until is what the owner may count on: an extension that held the row while the
+    cancel waited for it counts (a statement snapshot taken before it would not see it)."""
+    job = await _claimed(store)
+    extended = job.lease_until + timedelta(hours=1)
+    async with await psycopg.AsyncConnection.connect(tenure_dsn) as extension:
+        await extension.execute(
+            "UPDATE tenure_jobs SET lease_until = %(until)s WHERE id = %(id)s",
+            {"until": extended, "id": job.id},
+        )  # not committed: the row stays locked
+        cancelling = asyncio.create_task(store.cancel(job.id))
+        await wait_until_async(
+            lambda: _waits_for_a_lock(tenure_dsn), message="the cancel never waited"
+        )
+        await extension.commit()
+    cancelled = await cancelling
+    assert cancelled is not None and cancelled.held_until == extended
+    queued = await store.enqueue(new_job("never-ran"))
+    never = await store.cancel(queued.id)
+    assert never is not None and never.held_until is None  # nothing held a lease
+
+
+async def _waits_for_a_lock(dsn: str) -> bool:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        row = await cursor.fetchone()
+    return row is not None and row[0] > 0
 
 
 async def test_a_retry_after_the_last_attempt_becomes_a_failure(store: Store) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from tenure._states import (
     TERMINAL_STATES,
+    Answerer,
     EndState,
     JobState,
     OnTimeout,
@@ -47,6 +48,7 @@ def _allowed(dsn: str, table: str, column: str) -> set[str]:
         ("tenure_run_stages", "kind", StageKind),
         ("tenure_waitpoints", "state", WaitpointState),
         ("tenure_waitpoints", "on_timeout", OnTimeout),
+        ("tenure_waitpoints", "answered_by", Answerer),
     ],
 )
 def test_each_state_type_matches_its_check_constraint(

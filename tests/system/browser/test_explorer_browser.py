@@ -245,7 +245,7 @@ def test_a_pipeline_run_is_drawn_as_its_graph(
     finally:
         app.close()
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{board['open']}/")
+    page.goto(f"{board['open']}/pipelines/{run.id}")  # a run's graph is on its own page
     graph = page.locator(f'svg.run-graph[data-run="{run.id}"]')
     expect(graph).to_be_visible()
     nodes = graph.locator("g.stage-node")

@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 import re
 
+from starlette.routing import Route
 from tests.support.docs import ROOT, section
 
 from tenure import LeasePolicy
 from tenure._cli import _parser
+from tenure._observe._dashboard import create_dashboard
 from tenure._policy import MAX_ATTEMPTS, MAX_LEASE, MAX_TIME_LIMIT, MIN_LEASE
 
 SOURCE = ROOT / "src" / "tenure"
@@ -122,3 +124,24 @@ def test_the_interval_rule_states_the_defaults_and_caps_the_code_has() -> None:
         f"time limit ≤ {MAX_TIME_LIMIT / 86400:g} days, attempts ≤ {MAX_ATTEMPTS}"
     )
     assert caps in " ".join(page.split()), caps
+
+
+def test_every_mention_of_the_waitpoint_webhook_names_the_open_route() -> None:
+    """The docs, docstrings and the MCP status message once named ``/api/waitpoints/...``,
+    which needs the dashboard's token; the webhook is the open ``POST /waitpoints/{token}``."""
+    routes = {
+        (route.path, method)
+        for route in create_dashboard("", access_token="x" * 16).routes
+        if isinstance(route, Route)
+        for method in route.methods or ()
+    }
+    assert ("/waitpoints/{token}", "POST") in routes
+    texts = [*SOURCE.rglob("*.py"), *(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]
+    mentions = []
+    for path in texts:
+        text = " ".join(path.read_text(encoding="utf-8").replace("``", "`").split())
+        mentions += [(path.name, m) for m in re.findall(r"POST `?(\S*waitpoints\S*)", text)]
+    named = {name for name, _ in mentions}
+    assert {"_waitpoint.py", "_ask.py", "mcp.md", "waitpoints.md"} <= named, mentions
+    wrong = [(name, m) for name, m in mentions if not m.startswith("/waitpoints/{token}")]
+    assert wrong == []

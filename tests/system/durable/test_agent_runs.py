@@ -209,8 +209,11 @@ def test_a_paused_owners_requests_and_checkpoints_are_refused(
         )
         (stale,) = [p for p in lines(notes, "posted") if p[2] == "a"]
         assert stale[4] == "409" and int(stale[3]) < int(str(done["token"]))
-        stale_decisions = [d for d in receiver.decisions() if d["decision"] == "stale"]
-        assert [int(d["token"]) for d in stale_decisions] == [int(stale[3])]
+        refused = [int(d["token"]) for d in receiver.decisions() if d["decision"] == "stale"]
+        # a's request was refused once; under load b may have lost a lease too, and a
+        # request under that token been refused as well: every refusal is of an older one.
+        assert refused.count(int(stale[3])) == 1, refused
+        assert all(t < int(str(done["token"])) for t in refused), (refused, done)
     else:
         # The old owner's model step finished after the takeover: its checkpoint is refused.
         rejected = first.wait_event("step_rejected", timeout=30, job=job.id)

@@ -182,6 +182,24 @@ def test_second_start_on_a_held_data_dir_is_refused(running: EmbeddedPostgres) -
     assert _query(running, "SELECT 1") == 1
 
 
+def test_use_shares_a_running_server_and_leaves_it_to_its_owner(
+    running: EmbeddedPostgres,
+) -> None:
+    """What an App without a DSN does when another process runs the server (issue 22,
+    item 8; tests/system/docs/test_tutorial_shell.py does it with two processes)."""
+    borrower = EmbeddedPostgres(running.data_dir)
+    assert borrower.use() == running.dsn
+    assert borrower.pid is None  # not its own
+    assert borrower.borrowed is not None
+    assert (borrower.borrowed.pid, borrower.borrowed.owner) == (running.pid, os.getpid())
+    assert _query(borrower, "SELECT 1") == 1
+    with pytest.raises(ConfigError, match="another process's"):
+        borrower.restart()
+    borrower.stop()
+    assert borrower.borrowed is None
+    assert running.pid is not None and _query(running, "SELECT 1") == 1  # still up
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
 def test_binaries_the_server_account_cannot_reach_are_copied(root_dir: Path) -> None:
     private = Path(tempfile.mkdtemp(prefix="tenure-private-"))  # 0700, root's own

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import pwd
-import secrets
 import shutil
 import stat
 import subprocess
@@ -183,17 +182,6 @@ def test_a_data_dir_of_another_account_is_refused(base: Path) -> None:
     (other / "PG_VERSION").write_text(embedded.pg_major() + "\n")  # root's: not ours to take
     with pytest.raises(ConfigError, match="belongs to uid 0"):
         EmbeddedPostgres(other).start()
-
-
-@pytest.fixture
-def fresh_account_name(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    name = f"_tenure_t{secrets.token_hex(3)}"
-    monkeypatch.setattr(embedded, "SERVER_USER", name)
-    embedded._server_account.cache_clear()
-    yield name
-    embedded._server_account.cache_clear()
-    if embedded._account(name) is not None:
-        subprocess.run(["userdel", name], check=False, capture_output=True)
 
 
 @as_root

@@ -86,7 +86,7 @@ def test_an_outcome_postgres_cannot_store_ends_the_job_with_a_clean_error(
     assert row["attempt"] == (1 if code == "bad_result" else 2)
     # Every commit landed at the first try: none was left to wait out its lease.
     assert not worker.has_event("commit_uncertain"), worker.log()
-    assert not worker.has_event("commit_unstorable"), worker.log()
+    assert not worker.has_event("commit_refused"), worker.log()
     assert journal.kinds(job.id).count("heartbeat_lost") == 0
 
 

@@ -5,13 +5,16 @@ restart, is answered exactly once, and resumes where it asked."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 from tests.apps.wait_app import build_app
 from tests.integration.fence.helpers import Receivers, count_rows
@@ -242,3 +245,134 @@ def test_a_webhook_answers_through_the_dashboard_once(
         server.stop()
     assert ops.wait_sync(job.id, timeout=30) == "answered {'carrier': 'delivered'}"
     assert journal.kinds(job.id).count("waitpoint_answered") == 1
+
+
+def deadline_passed(dsn: str, job_id: int) -> bool:
+    """Whether the database's own clock has passed the job's waitpoint deadline."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT clock_timestamp() > deadline FROM tenure_waitpoints WHERE job_id = %s",
+            (job_id,),
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def test_answers_past_the_deadline_are_refused_while_workers_run(
+    workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path, tenure_dsn: str
+) -> None:
+    """Each answer is sent as soon as the database's clock passes its waitpoint's deadline,
+    usually before the rescuer's next sweep (every second): each is a Conflict, and every
+    job, ``on_timeout="fail"``, ends failed. An answer in time is taken."""
+    notes = tmp_path / "notes.txt"
+    for name in ("a", "b"):
+        workers.spawn(name, concurrency=4).wait_started()
+    late = [
+        ops.enqueue_sync("wait_briefly", {"notes": str(notes), "on_timeout": "fail"})
+        for _ in range(8)
+    ]
+    timely = ops.enqueue_sync("wait_briefly", {"notes": str(notes), "timeout": 600})
+    wait_until(lambda: len(asked(notes)) == 9, timeout=30, message="not all asked")
+    tokens = {int(job): token for _, job, _, token in asked(notes)}
+    refused = 0
+    for job in late:
+        wait_until(
+            functools.partial(deadline_passed, tenure_dsn, job.id), timeout=30, interval=0.005
+        )
+        with pytest.raises(tenure.Conflict):
+            ops.complete_waitpoint_sync(tokens[job.id], {"approved": True})
+        refused += 1
+    assert refused == len(late)
+    assert ops.complete_waitpoint_sync(tokens[timely.id], "yes").state == "queued"
+    for job in late:
+        with pytest.raises(tenure.JobFailed) as failed:
+            ops.wait_sync(job.id, timeout=30)
+        assert failed.value.code == "waitpoint_timeout"
+        assert "waitpoint_answered" not in journal.kinds(job.id)
+    assert ops.wait_sync(timely.id, timeout=30) == "answered yes"
+
+
+@pytest.mark.slow
+def test_an_answer_past_a_deadline_the_database_was_down_for_is_refused(
+    private_server: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    """The database stops before the deadline and comes back after it: the first answer
+    after the restart, whether or not a rescuer has swept since, is a Conflict, and the job
+    fails; a waitpoint whose deadline is still ahead is answered as usual."""
+    dsn = private_server.dsn
+    notes = tmp_path / "notes.txt"
+    ops = build_app(dsn)
+    try:
+        with WorkerGroup(dsn, tmp_path, app=APP) as workers:
+            workers.spawn("a").wait_started()
+            short = ops.enqueue_sync(
+                "wait_briefly", {"notes": str(notes), "on_timeout": "fail", "timeout": 3}
+            )
+            long = ops.enqueue_sync("wait_briefly", {"notes": str(notes), "timeout": 600})
+            wait_until(lambda: len(asked(notes)) == 2, timeout=30, message="not both asked")
+            tokens = {int(job): token for _, job, _, token in asked(notes)}
+            with psycopg.connect(dsn) as conn:
+                row = conn.execute(
+                    "SELECT extract(epoch FROM deadline)::float8 FROM tenure_waitpoints"
+                    " WHERE job_id = %s",
+                    (short.id,),
+                ).fetchone()
+            assert row is not None
+            private_server.stop()
+            # The server's clock is this machine's: wait out the deadline while it is down.
+            wait_until(lambda: time.time() > row[0] + 0.2, timeout=30, interval=0.05)
+            private_server.start()
+            with pytest.raises(tenure.Conflict):
+                ops.complete_waitpoint_sync(tokens[short.id], {"approved": True})
+            assert ops.complete_waitpoint_sync(tokens[long.id], "yes").state == "queued"
+            with pytest.raises(tenure.JobFailed) as failed:
+                ops.wait_sync(short.id, timeout=60)
+            assert failed.value.code == "waitpoint_timeout"
+            assert ops.wait_sync(long.id, timeout=60) == "answered yes"
+    finally:
+        ops.close()
+
+
+def test_a_retried_call_asks_its_closed_waitpoint_again(
+    workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path
+) -> None:
+    """A job that timed out at its waitpoint (``on_timeout="fail"``), or was cancelled while
+    it waited, is retried the public way (`App.retry`: the CLI, the dashboard and bulk
+    actions use it): the call asks for the same waitpoint again, which opens again under the
+    same token, with a fresh deadline, promptly and without holding the worker's one slot.
+    No commit is retried, refused or uncertain on the way."""
+    notes = tmp_path / "notes.txt"
+    worker = workers.spawn("a", concurrency=1)
+    worker.wait_started()
+    timed_out = ops.enqueue_sync("wait_briefly", {"notes": str(notes), "on_timeout": "fail"})
+    with pytest.raises(tenure.JobFailed, match="waitpoint_timeout"):
+        ops.wait_sync(timed_out.id, timeout=30)
+    cancelled = ops.enqueue_sync("wait_briefly", {"notes": str(notes), "timeout": 600})
+    wait_job(journal, cancelled.id, lambda j: j["state"] == "waiting", "never waited", workers)
+    ops.cancel_sync(cancelled.id)
+
+    ops.retry_sync(timed_out.id)
+    ops.retry_sync(cancelled.id)
+    for job in (timed_out, cancelled):
+        wait_job(
+            journal,
+            job.id,
+            lambda j: len(journal.events(j["id"], "suspended")) == 2,
+            "did not wait again",
+            workers,
+        )
+        again = journal.events(job.id, "suspended")
+        assert again[1]["detail"]["reopened"] is True and again[1]["attempt"] == 2
+    # Timed out again, it fails again, the same clear way.
+    with pytest.raises(tenure.JobFailed, match="waitpoint_timeout"):
+        ops.wait_sync(timed_out.id, timeout=30)
+    # The token handed out before the cancel answers the wait that opened again.
+    tokens = [token for _, job, _, token in asked(notes) if int(job) == cancelled.id]
+    assert len(tokens) == 2 and tokens[0] == tokens[1]
+    assert ops.complete_waitpoint_sync(tokens[0], "late but welcome").state == "queued"
+    assert ops.wait_sync(cancelled.id, timeout=30) == "answered late but welcome"
+    # Neither waiting call held the one slot: another call ran meanwhile, to its end.
+    other = ops.enqueue_sync("wait_briefly", {"notes": str(notes)})
+    assert ops.wait_sync(other.id, timeout=30) == "timed out"
+    for kind in ("commit_uncertain", "commit_retried", "commit_refused", "result_rejected"):
+        assert not worker.has_event(kind), worker.log()
+    assert "level=error" not in worker.log() and "Traceback" not in worker.log()

@@ -159,6 +159,8 @@ def test_cancel_retry_and_failures_are_journaled_with_codes_and_durations(
     first = running(journal, job.id, workers)
     assert ops.cancel_sync(job.id).state == "cancelled"
     first_worker.wait_event("cancel_observed", job=job.id)
+    (stopped,) = wait_events(journal, job.id, "call_stopped", workers=workers)
+    assert who(stopped) == (first["token"], 1, "first") and stopped["code"] == "cancelled"
     first_worker.terminate()
     first_worker.wait()
 
@@ -173,11 +175,12 @@ def test_cancel_retry_and_failures_are_journaled_with_codes_and_durations(
     assert [e["kind"] for e in events] == [
         "job_claimed",
         "cancelled",
+        "call_stopped",
         "retry_requested",
         "job_claimed",
         "succeeded",
     ]
-    _, cancelled, requested, again, done = events
+    _, cancelled, _, requested, again, done = events
     assert who(cancelled) == (first["token"], 1, "first") and cancelled["code"] == "cancelled"
     # it had been running this long: from a claim after `before` to the cancel's row
     assert cancelled["duration_ms"] <= ms(cancelled["at"] - before) + 1

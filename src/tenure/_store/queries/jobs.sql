@@ -283,25 +283,33 @@ ORDER BY id DESC
 LIMIT %(limit)s
 
 -- name: cancel_job
-WITH cancelled AS (
-    UPDATE tenure_jobs
+WITH target AS (
+    -- Locked first: FOR UPDATE hands back the row as it stands once the lock is ours, so
+    -- held_until includes an extension that committed while this statement waited for it.
+    SELECT id, state AS was, lease_until FROM tenure_jobs
+    WHERE id = %(id)s AND state IN ('queued', 'running', 'waiting')
+    FOR UPDATE
+), cancelled AS (
+    UPDATE tenure_jobs j
     SET state = 'cancelled', lease_until = NULL, finished_at = clock_timestamp(),
-        prune_after = clock_timestamp() + retain_ms * interval '1 millisecond',
+        prune_after = clock_timestamp() + j.retain_ms * interval '1 millisecond',
         updated_at = clock_timestamp(),
         error = jsonb_build_object('code', 'cancelled', 'message', 'cancelled by an operator')
-    WHERE id = %(id)s AND state IN ('queued', 'running', 'waiting')
-    RETURNING *
+    FROM target t
+    WHERE j.id = t.id
+    -- held_until: the lease a running call held when it was cancelled (NULL if nothing ran);
+    -- its owner's conservative local deadline ends before it.
+    RETURNING j.*, CASE WHEN t.was = 'running' THEN t.lease_until END AS held_until
 ), closed AS (
     -- A waiting job's open waitpoint closes with it: a late answer gets a conflict.
     UPDATE tenure_waitpoints w SET state = 'cancelled', closed_at = clock_timestamp()
     FROM cancelled c WHERE w.job_id = c.id AND w.state = 'open'
 ), journal AS (
-    -- For a running job, duration_ms is how long its attempt had run (the sub-select sees
-    -- the row as it was before this statement).
+    -- For a running job, duration_ms is how long its attempt had run.
     INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
                                duration_ms, payload_hmac)
     SELECT 'cancelled', c.id, c.token, c.attempt, c.owner, c.tool, '{}'::jsonb, 'cancelled',
-           CASE WHEN (SELECT o.state FROM tenure_jobs o WHERE o.id = c.id) = 'running'
+           CASE WHEN c.held_until IS NOT NULL
                 THEN (extract(epoch FROM clock_timestamp() - c.claimed_at) * 1000)::bigint END,
            c.payload_hmac
     FROM cancelled c
@@ -314,12 +322,53 @@ WITH cancelled AS (
 )
 SELECT c.* FROM notified, cancelled c
 
+-- name: cancelled_among
+-- Which of the calls a worker holds (id, token) were cancelled: what it looks at each time its
+-- LISTEN connection is back, since a cancel announced while it was away reached nobody.
+SELECT j.id, j.token
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
+JOIN tenure_jobs j ON j.id = h.id AND j.token = h.token
+WHERE j.state = 'cancelled'
+
+-- name: record_stop
+-- The owner of a cancelled call says the call has stopped (its task ended, its thread
+-- returned): journaled as call_stopped, and announced on tenure_done, for whoever cancelled it
+-- and waits until it stopped. duration_ms: from the moment the owner learned of the cancel.
+WITH journal AS (
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
+                               duration_ms, payload_hmac)
+    SELECT 'call_stopped', j.id, %(token)s, %(attempt)s, %(worker)s, j.tool, '{}'::jsonb,
+           'cancelled', %(duration_ms)s, j.payload_hmac
+    FROM tenure_jobs j WHERE j.id = %(id)s
+    RETURNING job_id
+)
+SELECT tenure_notify('tenure_done', array_agg(job_id::text)) AS n FROM journal
+
+-- name: stop_settled
+-- Whether a cancelled call (id, token) is over: its owner said it stopped (call_stopped), or
+-- refused its commit (result_rejected: the call had returned), or the lease it held at the
+-- cancel has run out on this clock. left: seconds until then (negative once past).
+SELECT EXISTS (SELECT 1 FROM tenure_events e
+               WHERE e.job_id = %(id)s AND e.token = %(token)s
+                 AND e.kind IN ('call_stopped', 'result_rejected')) AS stopped,
+       extract(epoch FROM %(held_until)s::timestamptz - clock_timestamp())::float8 AS left
+
 -- name: retry_job
+-- The call runs again from the top with the answers it had; a waitpoint that found no answer
+-- (timed out) is forgotten, so the call asks again and suspend_job opens it again (as it
+-- does one that timed out failing, or was cancelled with its job). A durable sleep that
+-- reached its deadline is no waitpoint that found no answer: its deadline was its end, so it
+-- is kept, like the steps the call recorded, and the call does not sleep again.
 WITH retried AS (
-    UPDATE tenure_jobs
+    UPDATE tenure_jobs j
     SET state = 'queued', run_after = clock_timestamp(), finished_at = NULL, prune_after = NULL,
-        max_attempts = GREATEST(max_attempts, attempt + 1), updated_at = clock_timestamp()
-    WHERE id = %(id)s AND state IN ('failed', 'cancelled')
+        max_attempts = GREATEST(max_attempts, attempt + 1), updated_at = clock_timestamp(),
+        waitpoints = (SELECT jsonb_object_agg(e.key, e.value) FROM jsonb_each(j.waitpoints) e
+                      WHERE NOT coalesce((e.value ->> 'timed_out')::boolean, false)
+                         OR EXISTS (SELECT 1 FROM tenure_waitpoints w
+                                    WHERE w.job_id = j.id AND w.name = e.key
+                                      AND w.kind = 'sleep'))
+    WHERE j.id = %(id)s AND j.state IN ('failed', 'cancelled')
     RETURNING *
 ), journal AS (
     INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, payload_hmac)
@@ -389,7 +438,10 @@ LISTEN tenure_progress
 SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- name: event_summary
+-- owners: the distinct (job, token) pairs, each one owner's attempt, however many rows
+-- it left (a stopped owner may journal heartbeat_lost twice: withheld, then ended).
 SELECT kind, count(*) AS n,
+       count(DISTINCT (job_id, token)) AS owners,
        count(*) FILTER (WHERE detail ? 'previous_token') AS reclaims
 FROM tenure_events GROUP BY kind
 

@@ -45,7 +45,8 @@ SELECT count(*) AS n FROM (
 ) AS old
 
 -- name: find_events
--- `tenure events`: newest first, every filter optional. `reclaims` adds the job_claimed rows
+-- `tenure events`: newest first (by the database's time, then id: a back-dated event takes its
+-- place in time), every filter optional. `reclaims` adds the job_claimed rows
 -- that took a job over from an expired lease (job_reclaimed is derived, not journaled twice).
 SELECT id, at, kind, job_id, token, attempt, worker, tool, code, duration_ms, payload_hmac,
        detail
@@ -59,7 +60,7 @@ WHERE ((%(kinds)s::text[] IS NULL AND NOT %(reclaims)s)
   AND (%(since_ms)s::bigint IS NULL
        OR at >= (SELECT clock_timestamp()) - %(since_ms)s::bigint * interval '1 millisecond')
   AND (%(since_at)s::timestamptz IS NULL OR at >= %(since_at)s::timestamptz)
-ORDER BY id DESC
+ORDER BY at DESC, id DESC
 LIMIT %(limit)s
 
 -- name: notable_events
@@ -69,14 +70,15 @@ SELECT id, at, kind, job_id, token, attempt, worker, tool, code, duration_ms, de
 FROM tenure_events
 WHERE kind IN ('lease_expired', 'heartbeat_lost', 'result_rejected', 'result_discarded',
                'ownership_unknown', 'stale_fence_rejected', 'cancelled', 'retry_requested')
-ORDER BY id DESC
+ORDER BY at DESC, id DESC
 LIMIT %(limit)s
 
 -- name: job_timeline
+-- Oldest first, by the database's time, then id (a job has few rows: they are sorted).
 SELECT id, at, kind, job_id, token, attempt, worker, tool, code, duration_ms, payload_hmac, detail
 FROM tenure_events
 WHERE job_id = %(job_id)s
-ORDER BY id
+ORDER BY at, id
 LIMIT %(limit)s
 
 -- name: job_detail
@@ -186,7 +188,8 @@ SELECT to_regclass('tenure_runs') IS NOT NULL
 -- Recent pipeline runs with their stages in order (names, rounds, states, jobs and verdicts;
 -- never the run's input, context or result), and the structure of the run's graph for the
 -- dashboard's drawing: start stages, and each stage's name, next and on (never its tool's
--- arguments). Runs only once pipelines_exist said so.
+-- arguments). Runs only once pipelines_exist said so. The newest runs older than %(before)s
+-- (the largest bigint for the newest of all; run_id + 1 with limit 1 for one run).
 SELECT r.id AS run_id, r.pipeline, r.state, r.updated_at,
        coalesce(jsonb_agg(jsonb_build_object('stage', s.name, 'round', s.round,
                                              'state', s.state, 'job_id', s.job_id,
@@ -199,7 +202,7 @@ SELECT r.id AS run_id, r.pipeline, r.state, r.updated_at,
                                       WHEN 'array' THEN r.graph -> 'stages' END)
              WITH ORDINALITY AS e (g, n)) AS graph
 FROM (SELECT id, pipeline, state, updated_at, graph
-      FROM tenure_runs ORDER BY id DESC LIMIT %(limit)s) r
+      FROM tenure_runs WHERE id < %(before)s ORDER BY id DESC LIMIT %(limit)s) r
 LEFT JOIN tenure_run_stages s ON s.run_id = r.id AND s.kind = 'stage'
 GROUP BY r.id, r.pipeline, r.state, r.updated_at, r.graph
 ORDER BY r.id DESC

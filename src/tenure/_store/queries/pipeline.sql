@@ -67,9 +67,13 @@ WITH owned AS (
       AND j.token = %(token)s::bigint
       AND (%(owner)s::text IS NULL OR j.owner = %(owner)s::text)
       -- A running job under a live lease; or, for a verdict recorded from outside (no owner),
-      -- a gate's job waiting at its waitpoint under the same token: no lease to check there.
+      -- a gate's job waiting at its waitpoint under the same token: no lease to check there,
+      -- but the waitpoint's deadline (the database's clock), as for any answer.
       AND ((j.state = 'running' AND j.lease_until > clock_timestamp())
-           OR (%(owner)s::text IS NULL AND j.state = 'waiting'))
+           OR (%(owner)s::text IS NULL AND j.state = 'waiting'
+               AND NOT EXISTS (SELECT 1 FROM tenure_waitpoints w
+                               WHERE w.job_id = j.id AND w.state = 'open'
+                                 AND w.deadline <= clock_timestamp())))
       AND EXISTS (SELECT 1 FROM owned)
     RETURNING j.id, j.tool, j.token, j.attempt, j.owner, j.payload_hmac,
               (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000)::bigint AS ran_ms

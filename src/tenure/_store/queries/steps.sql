@@ -1,4 +1,4 @@
--- Fenced steps (migration 0016): what a job already did, by name, replayed by its next attempt.
+-- Fenced steps (migration 0021): what a job already did, by name, replayed by its next attempt.
 
 -- name: job_steps
 -- A job's recorded steps, read once per attempt by the first `ctx.step` that needs them.

@@ -8,6 +8,14 @@ SELECT value FROM tenure_secrets WHERE name = 'waitpoint'
 -- predicate as any commit, the job leaves the lease (state waiting: no heartbeat, no slot)
 -- and its waitpoint opens, in one statement. Zero rows: the lease was lost; nothing opens.
 -- The attempt stays counted while it waits; the answer refunds it (waiting is no failure).
+-- A waitpoint of this name that closed without an answer on an earlier attempt (timed out,
+-- or cancelled with its job), asked again by a retry, opens again: same name and token, a
+-- fresh deadline. One that is open or answered cannot open twice: the insert then breaks
+-- UNIQUE (job_id, name), the whole statement is refused, and the completer fails the job
+-- (a constraint is never an uncertain commit).
+-- A durable sleep (ctx.sleep, kind 'sleep', answered_by 'nobody') takes the same road: a
+-- retried call that was cancelled mid-sleep sleeps again, in full from now. A sleep that
+-- ended stays ended across retries (retry_job keeps it), so it is never asked again.
 -- Watchers (App.watch, on tenure_progress) are told: the state changed.
 WITH suspended AS (
     UPDATE tenure_jobs j
@@ -23,27 +31,45 @@ WITH suspended AS (
       AND j.lease_until > clock_timestamp()
     RETURNING j.id, j.tool, j.token, j.attempt, j.payload_hmac,
               (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000)::bigint AS ran_ms
+), reopened AS (
+    UPDATE tenure_waitpoints w
+    SET state = 'open', token_hash = %(token_hash)s, token = s.token,
+        on_timeout = %(on_timeout)s,
+        deadline = clock_timestamp() + %(timeout_ms)s * interval '1 millisecond',
+        request = %(request)s::jsonb, answer = NULL, created_at = clock_timestamp(),
+        closed_at = NULL, answered_by = %(answered_by)s, answer_schema = %(answer_schema)s::jsonb,
+        kind = %(kind)s
+    FROM suspended s
+    WHERE w.job_id = s.id AND w.name = %(name)s AND w.state IN ('timed_out', 'cancelled')
+    RETURNING w.id
 ), opened AS (
     INSERT INTO tenure_waitpoints (job_id, name, token_hash, token, on_timeout, deadline,
-                                   request, kind)
+                                   request, answered_by, answer_schema, kind)
     SELECT s.id, %(name)s, %(token_hash)s, s.token, %(on_timeout)s,
            clock_timestamp() + %(timeout_ms)s * interval '1 millisecond', %(request)s::jsonb,
-           %(kind)s
+           %(answered_by)s, %(answer_schema)s::jsonb, %(kind)s
     FROM suspended s
+    WHERE NOT EXISTS (SELECT 1 FROM tenure_waitpoints w
+                      WHERE w.job_id = s.id AND w.name = %(name)s
+                        AND w.state IN ('timed_out', 'cancelled'))
     RETURNING id
 ), journal AS (
-    -- detail: the waitpoint's name, kind and deadline, never what it asks.
+    -- detail: the waitpoint's name, kind and deadline (and whether it opened again), never
+    -- what it asks.
     INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
                                duration_ms, payload_hmac)
     SELECT 'suspended', s.id, s.token, s.attempt, %(owner)s, s.tool,
            jsonb_build_object('waitpoint', %(name)s::text, 'timeout_ms', %(timeout_ms)s::bigint,
-                              'on_timeout', %(on_timeout)s::text, 'kind', %(kind)s::text),
+                              'on_timeout', %(on_timeout)s::text, 'kind', %(kind)s::text)
+           || CASE WHEN EXISTS (SELECT 1 FROM reopened) THEN '{"reopened": true}'::jsonb
+                   ELSE '{}'::jsonb END,
            NULL, s.ran_ms, s.payload_hmac
     FROM suspended s
 ), notified AS (
     SELECT tenure_notify('tenure_progress', array_agg(s.id::text)) AS n FROM suspended s
 )
-SELECT s.id, (SELECT count(*) FROM opened) AS opened FROM notified, suspended s
+SELECT s.id, (SELECT count(*) FROM opened) + (SELECT count(*) FROM reopened) AS opened
+FROM notified, suspended s
 
 -- name: suspend_for_children
 -- The fenced commit of a call that waits for its child jobs (ctx.wait_for): the children are
@@ -54,6 +80,10 @@ SELECT s.id, (SELECT count(*) FROM opened) AS opened FROM notified, suspended s
 -- same waitpoint is answered at once and the job queued again (attempt refunded), so the call
 -- is run again and finds its children ended. A missing child (pruned) counts as ended. Under
 -- the same owner + token + live-lease predicate as any commit: zero rows, nothing written.
+-- Nobody answers the wait from outside (answered_by 'nobody'; complete_waitpoint answers only
+-- kind 'answer'). A round that closed without its children (timed out, or cancelled with its
+-- job) and is asked again by a retry opens again, as suspend_job reopens a waitpoint: same
+-- name and token, a fresh deadline, the children still going.
 WITH kids AS (
     SELECT c.id, c.state FROM tenure_jobs c
     WHERE c.id = ANY(%(children)s::bigint[])
@@ -86,14 +116,29 @@ WITH kids AS (
       AND j.lease_until > clock_timestamp()
     RETURNING j.id, j.tool, j.token, j.attempt, j.state, j.payload_hmac,
               (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000)::bigint AS ran_ms
+), reopened AS (
+    UPDATE tenure_waitpoints w
+    SET state = CASE WHEN s.state = 'waiting' THEN 'open' ELSE 'answered' END,
+        token_hash = %(token_hash)s, token = s.token, on_timeout = %(on_timeout)s,
+        deadline = clock_timestamp() + %(timeout_ms)s * interval '1 millisecond',
+        request = NULL, answer = NULL, created_at = clock_timestamp(),
+        closed_at = CASE WHEN s.state = 'waiting' THEN NULL ELSE clock_timestamp() END,
+        answered_by = 'nobody', answer_schema = NULL, kind = 'children', waiting_on = p.ids
+    FROM suspended s, pending p
+    WHERE w.job_id = s.id AND w.name = %(name)s AND w.state IN ('timed_out', 'cancelled')
+    RETURNING w.id
 ), opened AS (
     INSERT INTO tenure_waitpoints (job_id, name, token_hash, token, on_timeout, deadline,
-                                   kind, waiting_on, state, closed_at)
+                                   answered_by, kind, waiting_on, state, closed_at)
     SELECT s.id, %(name)s, %(token_hash)s, s.token, %(on_timeout)s,
-           clock_timestamp() + %(timeout_ms)s * interval '1 millisecond', 'children', p.ids,
+           clock_timestamp() + %(timeout_ms)s * interval '1 millisecond', 'nobody', 'children',
+           p.ids,
            CASE WHEN s.state = 'waiting' THEN 'open' ELSE 'answered' END,
            CASE WHEN s.state = 'waiting' THEN NULL ELSE clock_timestamp() END
     FROM suspended s, pending p
+    WHERE NOT EXISTS (SELECT 1 FROM tenure_waitpoints w
+                      WHERE w.job_id = s.id AND w.name = %(name)s
+                        AND w.state IN ('timed_out', 'cancelled'))
     RETURNING id
 ), journal AS (
     INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
@@ -103,22 +148,27 @@ WITH kids AS (
            jsonb_build_object('waitpoint', %(name)s::text, 'timeout_ms', %(timeout_ms)s::bigint,
                               'on_timeout', %(on_timeout)s::text, 'kind', 'children',
                               'children', cardinality(%(children)s::bigint[]),
-                              'pending', cardinality(p.ids)),
+                              'pending', cardinality(p.ids))
+           || CASE WHEN EXISTS (SELECT 1 FROM reopened) THEN '{"reopened": true}'::jsonb
+                   ELSE '{}'::jsonb END,
            NULL, s.ran_ms, s.payload_hmac
     FROM suspended s, pending p
 ), notified AS (
     SELECT tenure_notify('tenure_progress', array_agg(s.id::text)) AS n FROM suspended s
 )
-SELECT s.id, s.state, (SELECT count(*) FROM opened) AS opened FROM notified, suspended s
+SELECT s.id, s.state, (SELECT count(*) FROM opened) + (SELECT count(*) FROM reopened) AS opened
+FROM notified, suspended s
 
 -- name: resume_children_waits
 -- The rescuer's backstop for children waits: an open one none of whose children is still
 -- going (each child's end normally answers it in its own transaction; a child deleted by hand
 -- never ends) is answered and its job queued again. A bounded batch, FOR UPDATE SKIP LOCKED.
+-- One past its deadline is left to expire_waitpoints (no wait is answered after it).
 WITH due AS (
     SELECT w.id, w.name, w.token, w.created_at FROM tenure_waitpoints w
     WHERE w.state = 'open'
       AND w.kind = 'children'
+      AND w.deadline > clock_timestamp()
       AND NOT EXISTS (SELECT FROM tenure_jobs c
                       WHERE c.id = ANY(w.waiting_on)
                         AND c.state NOT IN ('succeeded', 'failed', 'cancelled'))
@@ -129,16 +179,26 @@ WITH due AS (
 SELECT d.id FROM due d WHERE tenure_resume_children_wait(d.id, d.name, d.token, d.created_at)
 
 -- name: complete_waitpoint
--- Compare-and-set: the waitpoint must be open and its job still waiting under the token it
--- suspended with. The answer lands on the job (waitpoints.<name>) and the job is queued again,
--- keeping its place in line; the requeue trigger wakes the workers. A second or late answer
--- matches zero rows and writes nothing.
+-- Compare-and-set: the waitpoint must be open, its deadline not yet passed on the database's
+-- clock, and its job still waiting under the token it suspended with. The answer lands on the
+-- job (waitpoints.<name>) and the job is queued again, keeping its place in line; the requeue
+-- trigger wakes the workers. A second answer, or one at or past the deadline (whether or not
+-- the rescuer has swept it yet), matches zero rows and writes nothing. Found by its token
+-- (token_hash; job_id NULL), or, for the job's caller, by job, name and tenant (token_hash
+-- NULL): only a waitpoint declared answered_by 'caller' is found that way, so a caller can
+-- never answer a person's. Only a waitpoint of kind 'answer' is ever answered here: a durable
+-- sleep or a wait for child jobs (answered_by 'nobody') has a token derived like any other,
+-- but no token and no caller can end it; only its deadline or its children do.
 WITH answered AS (
     UPDATE tenure_waitpoints w
     SET state = 'answered', answer = %(answer)s::jsonb, closed_at = clock_timestamp()
     FROM tenure_jobs j
-    WHERE w.token_hash = %(token_hash)s
+    WHERE (w.token_hash = %(token_hash)s
+           OR (w.job_id = %(job_id)s AND w.name = %(name)s AND w.answered_by = 'caller'
+               AND j.tenant = %(tenant)s))
       AND w.state = 'open'
+      AND w.kind = 'answer'
+      AND w.deadline > clock_timestamp()
       AND j.id = w.job_id
       AND j.state = 'waiting'
       AND j.token = w.token
@@ -219,8 +279,10 @@ WITH due AS (
 SELECT m.id FROM notified, moved m
 
 -- name: job_waitpoints
--- A job's waitpoints for an operator: name, state, deadline, what it asked (the tool's words).
-SELECT name, state, on_timeout, deadline, request, created_at, closed_at, kind,
+-- A job's waitpoints for an operator: name, state, deadline, what it asked (the tool's words),
+-- who may answer it, the type of its answer, and what it waits for (its kind).
+SELECT name, state, on_timeout, deadline, request, created_at, closed_at, answered_by,
+       answer_schema, kind,
        extract(epoch FROM deadline - clock_timestamp())::float8 AS seconds_left
 FROM tenure_waitpoints
 WHERE job_id = %(job_id)s

@@ -12,7 +12,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from tests.system.adapters.mcp.sdk import needs_sdk
@@ -26,22 +26,27 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, TextContent
 from pydantic import AnyHttpUrl
 from tests.integration.fence.helpers import serve
 from tests.support.waiting import wait_until
 from tests.support.workers import REPO_ROOT, WorkerProcess
 from tests.system.adapters.mcp.helpers import (
+    job_of,
     jobs,
     key,
     task_call,
-    task_call_raw,
+    task_call_plain,
     task_list,
     task_result,
     text_of,
 )
 
 from tenure import App, ConfigError
-from tenure.mcp import META_KEY, TASKS_REVISION, TOKEN_ENV, http_app, server
+from tenure._observe._http import ServerThread
+from tenure.mcp import ANONYMOUS, TASKS_REVISION, TOKEN_ENV, Principals, http_app, server
+from tenure.mcp._command import NO_TOKEN
+from tenure.mcp._serve import PATH
 
 APP = "tests.apps.mcp_app:app"
 TOKEN = "a-token-of-twenty-chars"
@@ -75,19 +80,20 @@ def served(tenure_dsn: str, tmp_path: Path) -> Iterator[tuple[str, Path]]:
         process.wait(timeout=10)
 
 
-def job_of(result: Any) -> dict[str, Any]:
-    job: dict[str, Any] = result.meta[META_KEY]
-    return job
-
-
 async def test_tenure_mcp_http_serves_both_eras_on_loopback(
     served: tuple[str, Path], worker: WorkerProcess, tenure_dsn: str
 ) -> None:
     url, err = served
+    assert NO_TOKEN in err.read_text()  # without a token every local account may call
     async with Client(url) as modern:  # probes server/discover: the stateless 2026 wire
         assert modern.protocol_version == "2026-07-28"
         result = await modern.call_tool("echo", {"text": "over http"})
+        # Nobody could find a stateless request's job again: a key would run twice.
+        with pytest.raises(MCPError, match="needs a principal") as keyed:
+            await modern.call_tool("echo", {"text": "over http"}, meta=key("k"))
     assert text_of(result) == "over http", err.read_text()
+    assert job_of(result)["scope"] == "request"
+    assert keyed.value.error.code == INVALID_PARAMS
     # The 2025 handshake: a stateful session, the scope of its keys.
     async with Client(url, mode="legacy") as one, Client(url, mode="legacy") as two:
         first = await one.call_tool("echo", {"text": "a"}, meta=key("k"))
@@ -95,8 +101,10 @@ async def test_tenure_mcp_http_serves_both_eras_on_loopback(
         other = await two.call_tool("echo", {"text": "a"}, meta=key("k"))
     assert job_of(again) == {**job_of(first), "created": False}
     assert job_of(other)["created"] is True and job_of(other)["id"] != job_of(first)["id"]
-    tenants = [r["tenant"] for r in jobs(tenure_dsn, "echo")]
-    assert len(set(tenants)) == 3, tenants  # the stateless call, then one per session
+    assert job_of(first)["scope"] == job_of(other)["scope"] == "session"
+    rows = jobs(tenure_dsn, "echo")
+    assert {r["tenant"] for r in rows} == {ANONYMOUS}, rows  # one share for all of them
+    assert len({r["idempotency_key"].split(":")[1] for r in rows}) == 3, rows
 
 
 def test_a_bind_beyond_loopback_needs_a_token_like_the_dashboard(tenure_dsn: str) -> None:
@@ -129,6 +137,44 @@ async def test_with_a_token_every_request_must_carry_it(app: App, worker: Worker
     with serve(http_app(app)) as base:  # loopback without a token; Host must name us
         rebound = httpx.post(f"{base}/mcp", json={}, headers={"Host": "attacker.example"})
         assert rebound.status_code == 421
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "origin-test", "version": "1"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+
+
+@pytest.mark.parametrize(
+    ("bind", "token"), [("127.0.0.1", None), ("127.0.0.2", None), ("0.0.0.0", TOKEN)]
+)
+def test_a_foreign_origin_is_refused_on_every_bind(app: App, bind: str, token: str | None) -> None:
+    """The SDK checks Origin only when bound to 127.0.0.1, localhost or ::1: on 127.0.0.2
+    a page elsewhere got 200. Every bind refuses it now; no Origin (an MCP client) and the
+    server's own origin pass."""
+    served = ServerThread(http_app(app, token=token, host=bind), bind, 0)
+    url = served.start()
+    port = urlsplit(url).port
+    assert port is not None
+    base = url if bind != "0.0.0.0" else f"http://127.0.0.1:{port}"
+    auth = {} if token is None else {"Authorization": f"Bearer {token}"}
+    try:
+        with httpx.Client(base_url=base, timeout=30, headers={**MCP_HEADERS, **auth}) as client:
+            assert client.post(PATH, json=INITIALIZE).status_code == 200
+            own = {"Origin": base}
+            assert client.post(PATH, json=INITIALIZE, headers=own).status_code == 200
+            for origin in ("https://evil.example", "null", f"http://localhost:{port + 1}"):
+                refused = client.post(PATH, json=INITIALIZE, headers={"Origin": origin})
+                assert refused.status_code == 403, (origin, refused.status_code, refused.text)
+    finally:
+        served.stop()
 
 
 class _Verifier:
@@ -205,6 +251,28 @@ async def test_a_stateless_caller_without_a_principal_gets_no_task_but_the_plain
     with serve(server(app).streamable_http_app(stateless_http=True)) as base:
         async with Client(f"{base}/mcp", mode="legacy") as client:
             assert client.protocol_version == TASKS_REVISION
-            raw = await task_call_raw(client, "echo", {"text": "now"})
-    assert "task" not in raw
-    assert raw["content"] == [{"type": "text", "text": "now"}]
+            result = await task_call_plain(client, "echo", {"text": "now"})
+    assert result.content == [TextContent(type="text", text="now")]
+    assert job_of(result)["scope"] == "request"
+
+
+async def test_tenure_mcp_http_principals_find_their_tasks_on_another_replica(
+    app: App, worker: WorkerProcess, tenure_dsn: str
+) -> None:
+    """Two replicas of ``http_app`` with the same principals' tokens (behind a load
+    balancer, say): a task made on one is found on the other, by its principal only."""
+    tokens = {"alice": "alice-" + "a" * 26, "bob": "bob-" + "b" * 28}
+    replicas = [http_app(app, verifier=Principals(tokens)) for _ in range(2)]
+    with serve(replicas[0]) as one, serve(replicas[1]) as two:
+        async with bearer(f"{one}/mcp", tokens["alice"], "legacy") as alice:
+            task = (await task_call(alice, "echo", {"text": "anywhere"}, key("r-1"))).task
+        async with bearer(f"{two}/mcp", tokens["alice"], "legacy") as elsewhere:
+            result = await task_result(elsewhere, task.task_id)
+            again = await task_call(elsewhere, "echo", {"text": "anywhere"}, key("r-1"))
+        async with bearer(f"{two}/mcp", tokens["bob"], "legacy") as bob:
+            with pytest.raises(MCPError, match="Task not found"):
+                await task_result(bob, task.task_id)
+    assert text_of(result) == "anywhere"
+    assert again.task.task_id == task.task_id
+    [row] = jobs(tenure_dsn, "echo")
+    assert row["tenant"] == "mcp:principal:alice"

@@ -4,8 +4,8 @@ eras the SDK speaks, against real PostgreSQL and real worker processes."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.system.adapters.mcp.sdk import needs_sdk
@@ -15,7 +15,7 @@ needs_sdk()  # before the SDK's imports below, hence E402
 import anyio
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolResult, CancelledNotification
+from mcp_types import INVALID_PARAMS, CancelledNotification
 from mcp_types import CancelledNotificationParams as Cancel
 from tests.support.waiting import wait_until_async
 from tests.support.workers import WorkerGroup, WorkerProcess
@@ -23,24 +23,16 @@ from tests.system.adapters.mcp.helpers import (
     ERAS,
     Era,
     in_flight,
+    job_of,
     jobs,
     key,
     memory_client,
+    text,
     text_of,
 )
 
 from tenure import App
-from tenure.mcp import META_KEY, server
-
-
-def job_of(result: CallToolResult) -> dict[str, Any]:
-    assert result.meta is not None, result
-    job: dict[str, Any] = result.meta[META_KEY]
-    return job
-
-
-def text(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
+from tenure.mcp import ANONYMOUS, server
 
 
 async def test_the_tools_are_listed_with_the_schemas_their_signatures_give(app: App) -> None:
@@ -51,7 +43,17 @@ async def test_the_tools_are_listed_with_the_schemas_their_signatures_give(app: 
         schema = app.tool_schema(name)
         assert tool.description == schema["description"]
         assert tool.input_schema == schema["parameters"]
+        assert tool.output_schema == app.output_schema(name)
         assert tool.execution is None  # no task support is claimed
+    # A docstring's Args: section: the parameters' descriptions, out of the description.
+    case = listed["open_case"]
+    assert case.input_schema["properties"]["gate"]["description"].startswith("A file to wait")
+    assert "Args:" not in (case.description or "")
+    assert listed["count"].output_schema == {
+        "type": "object",
+        "properties": {"result": {"type": "integer"}},
+        "required": ["result"],
+    }
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -64,10 +66,11 @@ async def test_a_call_runs_as_a_job_of_its_session_and_returns_the_result(
     assert text_of(result) == "hello"
     job = job_of(result)
     assert job["created"] is True and job["state"] == "succeeded" and job["attempts"] == 1
+    assert job["scope"] == "session"  # no principal: the connection is the key's scope
     [row] = jobs(tenure_dsn, "echo")
     assert row["id"] == job["id"]
-    assert row["tenant"].startswith("mcp:session:")
-    assert row["idempotency_key"].startswith("mcp:call:")  # the connection and request id
+    assert row["tenant"] == ANONYMOUS
+    assert re.fullmatch(r"mcp:[0-9a-f]{32}:call:\d+", row["idempotency_key"])  # connection, id
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -80,8 +83,9 @@ async def test_a_repeated_client_key_returns_the_same_job_without_running_it_aga
         other = await client.call_tool("count", {"steps": 2, "pause": 0.01}, meta=key("k-1"))
     assert job_of(first)["created"] is True
     assert job_of(again) == {**job_of(first), "created": False}
-    assert again.structured_content == first.structured_content
-    assert [r["idempotency_key"] for r in jobs(tenure_dsn, "count")] == ["mcp:key:k-1"]
+    assert again.structured_content == first.structured_content == {"result": 1}
+    [row] = jobs(tenure_dsn, "count")
+    assert re.fullmatch(r"mcp:[0-9a-f]{32}:key:k-1", row["idempotency_key"])
     # The same key with other arguments names another call: refused, nothing queued.
     assert other.is_error and other.structured_content == {
         "error": {"code": "idempotency_conflict"}
@@ -116,13 +120,29 @@ async def test_two_sessions_can_neither_see_nor_reuse_nor_cancel_each_others_job
         await wait_until_async(
             lambda: jobs(tenure_dsn, "wait_for_cancel")[0]["state"] == "cancelled", timeout=30
         )
-    tenants = {r["tenant"] for r in jobs(tenure_dsn, "echo")}
-    assert len(tenants) == 2 and running["tenant"] == job_tenant(tenure_dsn, job_of(mine)["id"])
+    keys = {r["idempotency_key"].split(":")[1] for r in jobs(tenure_dsn, "echo")}
+    assert len(keys) == 2 and running["idempotency_key"].split(":")[1] in keys
 
 
-def job_tenant(dsn: str, job_id: int) -> str:
-    [row] = [r for r in jobs(dsn) if r["id"] == job_id]
-    return str(row["tenant"])
+@pytest.mark.parametrize("era", ERAS)
+async def test_one_principals_connections_share_its_keys_and_another_principal_has_its_own(
+    app: App, worker: WorkerProcess, tenure_dsn: str, era: Era
+) -> None:
+    """``server(app, principal=...)``: stdio's ``--principal``. The same key from a second
+    connection (a restarted host) is the same job; another principal's is its own."""
+    async with memory_client(server(app, principal="alice"), era) as first_connection:
+        first = await first_connection.call_tool("echo", {"text": "a"}, meta=key("k"))
+    async with memory_client(server(app, principal="alice"), era) as second_connection:
+        again = await second_connection.call_tool("echo", {"text": "a"}, meta=key("k"))
+    async with memory_client(server(app, principal="bob"), era) as bobs:
+        theirs = await bobs.call_tool("echo", {"text": "b"}, meta=key("k"))
+    assert job_of(first)["scope"] == "principal"
+    assert job_of(again) == {**job_of(first), "created": False}
+    assert job_of(theirs)["created"] is True and text_of(theirs) == "b"
+    assert {(r["tenant"], r["idempotency_key"]) for r in jobs(tenure_dsn, "echo")} == {
+        ("mcp:principal:alice", "mcp:key:k"),
+        ("mcp:principal:bob", "mcp:key:k"),
+    }
 
 
 @pytest.mark.parametrize("era", ERAS)
@@ -176,7 +196,7 @@ async def test_the_tools_progress_arrives_as_progress_notifications(
 
     async with memory_client(server(app), era) as client:
         result = await client.call_tool("count", {"steps": 4}, progress_callback=on_progress)
-    assert result.structured_content is None and text_of(result) == "4"
+    assert result.structured_content == {"result": 4} and text_of(result) == "4"
     assert len(seen) >= 2, seen
     values = [p for p, _, _ in seen]
     assert values == sorted(set(values)), seen  # only ever increasing
@@ -224,3 +244,18 @@ async def test_an_unknown_tool_or_a_malformed_key_is_a_protocol_error_that_queue
             await client.call_tool("echo", {"text": "x"}, meta=key(42))
     assert unknown.value.error.code == malformed.value.error.code == INVALID_PARAMS
     assert jobs(tenure_dsn) == []
+
+
+async def test_lax_arguments_take_a_models_trivial_slip_that_strict_ones_refuse(
+    app: App, worker: WorkerProcess, tenure_dsn: str
+) -> None:
+    async with memory_client(server(app, lax_arguments=True)) as lax:
+        counted = await lax.call_tool("count", {"steps": "2", "pause": "0.01"})
+        still = await lax.call_tool("count", {"steps": "two"})
+    async with memory_client(server(app)) as strict:
+        refused = await strict.call_tool("count", {"steps": "2"})
+    assert counted.structured_content == {"result": 2}, counted
+    assert still.is_error and still.structured_content is not None
+    assert still.structured_content["error"]["code"] == "invalid_arguments"
+    assert refused.is_error
+    assert [r["state"] for r in jobs(tenure_dsn, "count")] == ["succeeded"]

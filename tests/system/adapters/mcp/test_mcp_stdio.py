@@ -57,7 +57,7 @@ async def test_over_stdio_a_call_completes_with_its_progress(
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         seen.append(progress)
 
-    async with stdio(tenure_dsn, tmp_path / "mcp.err", APP) as client:
+    async with stdio(tenure_dsn, tmp_path / "mcp.err", APP, "--principal", "agent") as client:
         result = await client.call_tool(
             "count", {"steps": 3}, progress_callback=on_progress, meta=key("stdio-1")
         )
@@ -66,6 +66,7 @@ async def test_over_stdio_a_call_completes_with_its_progress(
     assert seen and seen == sorted(set(seen)) and seen[-1] == 3.0, seen
     [row] = jobs(tenure_dsn, "count")
     assert row["idempotency_key"] == "mcp:key:stdio-1" and row["state"] == "succeeded"
+    assert row["tenant"] == "mcp:principal:agent"
 
 
 async def test_a_worker_sigkilled_mid_call_is_replaced_and_the_client_gets_one_result_and_one_case(
@@ -107,33 +108,47 @@ async def test_a_worker_sigkilled_mid_call_is_replaced_and_the_client_gets_one_r
     assert result.meta is not None and result.meta[META_KEY]["id"] == job["id"]
 
 
-async def test_the_example_server_runs_as_the_readme_says(
+async def test_the_example_server_runs_as_the_readme_says_and_a_restarted_agent_finds_its_job(
     receivers: Receivers, receiver_dsn: str, tenure_dsn: str, tmp_path: Path
 ) -> None:
-    """``tenure mcp tenure.examples.mcp_server:app --worker``: one command, a real case."""
+    """The README's command, ``tenure mcp tenure.examples.mcp_server:app --worker
+    --principal support-agent``: one command, a real case. Then the agent is restarted
+    (it lost the answer: a new host process, so a new server process and connection)
+    and asks again under the same key: it finds the job it started; no second case."""
     receiver = receivers.start()
+    answers: list[CallToolResult] = []
     seen: list[str | None] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         seen.append(message)
 
-    async with stdio(
-        tenure_dsn,
-        tmp_path / "example.err",
-        "tenure.examples.mcp_server:app",
-        "--worker",
-        env={"CASE_SERVICE_URL": receiver.url},
-    ) as client:
-        [tool] = (await client.list_tools()).tools
-        result = await client.call_tool(
-            tool.name,
-            {"customer_id": "c-7", "summary": "charged twice"},
-            progress_callback=on_progress,
-            meta=key("chat-1:call-1"),
-        )
-    assert not result.is_error, (result, (tmp_path / "example.err").read_text())
-    assert result.structured_content is not None
-    assert result.structured_content["customer_id"] == "c-7"
+    for _run in ("first", "restarted"):
+        async with stdio(
+            tenure_dsn,
+            tmp_path / "example.err",
+            "tenure.examples.mcp_server:app",
+            "--worker",
+            "--principal",
+            "support-agent",
+            env={"CASE_SERVICE_URL": receiver.url},
+        ) as client:
+            [tool] = (await client.list_tools()).tools
+            answers.append(
+                await client.call_tool(
+                    tool.name,
+                    {"customer_id": "c-7", "summary": "charged twice"},
+                    progress_callback=on_progress,
+                    meta=key("chat-1:call-1"),
+                )
+            )
+    first, again = answers
+    assert not first.is_error, (first, (tmp_path / "example.err").read_text())
+    assert first.structured_content is not None
+    assert first.structured_content["customer_id"] == "c-7"
     assert seen and seen[-1] == "case opened", seen
+    assert again.structured_content == first.structured_content
+    assert again.meta is not None and first.meta is not None
+    assert again.meta[META_KEY] == {**first.meta[META_KEY], "created": False}
+    assert first.meta[META_KEY]["scope"] == "principal"
     [row] = jobs(tenure_dsn, "open_case")
     assert count_rows(receiver_dsn, "example_cases", case_key(row["id"])) == 1

@@ -16,39 +16,38 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_PARAMS,
-    CallToolResult,
     ElicitRequestFormParams,
     ElicitRequestParams,
     ElicitResult,
+    TextContent,
 )
 from tests.integration.fence.helpers import Receivers, count_rows
 from tests.support.waiting import wait_until_async
 from tests.support.workers import WorkerGroup, WorkerProcess
 from tests.system.adapters.mcp.helpers import (
+    ext_get,
     jobs,
     key,
     memory_client,
     rows,
     stdio,
     task_call,
-    task_call_raw,
+    task_call_plain,
     task_cancel,
     task_get,
     task_list,
     task_result,
+    text,
     text_of,
 )
 from tests.system.adapters.mcp.test_mcp_stdio import assert_taken_over_once, case_key
 
-from tenure import App
-from tenure.mcp import META_KEY, TASKS_REVISION, server
+from tenure import App, Conflict
+from tenure._cli import main
+from tenure.mcp import ANONYMOUS, META_KEY, TASKS_EXTENSION, TASKS_REVISION, server
 
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 APP = "tests.apps.mcp_app:app"
-
-
-def text(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
 
 
 def progress_of(dsn: str) -> object:
@@ -61,7 +60,10 @@ def state_of(dsn: str, tool: str) -> str:
     return str(found[0]["state"]) if found else ""
 
 
-async def test_tasks_are_offered_on_their_revision_and_not_on_the_2026_wire(app: App) -> None:
+async def test_tasks_are_offered_on_each_revision_in_its_own_way(app: App) -> None:
+    """2025-11-25: the core capability and tools' ``execution``; 2026-07-28: the tasks
+    extension, whose requests are refused as the revision says to a client that does not
+    declare it, and which has no ``tasks/list`` or ``tasks/result``."""
     async with memory_client(server(app), "legacy") as legacy:
         assert legacy.protocol_version == TASKS_REVISION
         offered = legacy.server_capabilities.tasks
@@ -73,20 +75,28 @@ async def test_tasks_are_offered_on_their_revision_and_not_on_the_2026_wire(app:
         assert len(tools) == len(app.tools)
     async with memory_client(server(app), "modern") as modern:
         assert modern.server_capabilities.tasks is None
+        assert TASKS_EXTENSION in (modern.server_capabilities.extensions or {})
         assert all(t.execution is None for t in (await modern.list_tools()).tools)
-        with pytest.raises(MCPError) as refused:
-            await task_list(modern)
-    assert refused.value.error.code == -32601  # tasks/* do not exist on that wire
+        with pytest.raises(MCPError) as undeclared:
+            await ext_get(modern.session, "1.x")
+    assert undeclared.value.error.code == -32021  # Missing required client capability
+    assert undeclared.value.error.data == {
+        "requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}
+    }
+    async with memory_client(server(app), "modern", tasks=True) as declared:
+        for absent in (task_list, lambda c: task_result(c, "1.x")):
+            with pytest.raises(MCPError) as missing:
+                await absent(declared)
+            assert missing.value.error.code == -32601  # not in the extension
 
 
-async def test_on_the_2026_wire_a_task_field_is_ignored_and_the_call_takes_the_plain_path(
+async def test_on_the_2026_wire_a_task_field_without_the_extension_takes_the_plain_path(
     app: App, worker: WorkerProcess
 ) -> None:
     async with memory_client(server(app), "modern") as client:
-        raw = await task_call_raw(client, "echo", {"text": "plain"})
-    assert "task" not in raw
-    assert raw["content"] == [{"type": "text", "text": "plain"}]
-    assert raw["_meta"][META_KEY]["state"] == "succeeded"
+        result = await task_call_plain(client, "echo", {"text": "plain"})
+    assert result.content == [TextContent(type="text", text="plain")]
+    assert result.meta is not None and result.meta[META_KEY]["state"] == "succeeded"
 
 
 async def test_a_task_call_that_does_not_fit_is_refused_with_every_problem_and_queues_nothing(
@@ -124,7 +134,7 @@ async def test_a_task_call_answers_at_once_and_tasks_result_gives_the_tools_resu
     assert done.created_at == created.created_at and done.last_updated_at >= created.created_at
     [row] = jobs(tenure_dsn, "count")
     assert row["id"] == int(job_id) and row["state"] == "succeeded"
-    assert row["tenant"].startswith("mcp:session:")
+    assert row["tenant"] == ANONYMOUS  # no principal: the connection is the task's scope
 
 
 async def test_a_running_task_says_its_attempt_and_lease_and_a_repeated_key_is_the_same_task(
@@ -192,79 +202,106 @@ async def test_another_session_can_neither_get_list_wait_for_nor_cancel_a_task(
     assert state_of(tenure_dsn, "wait_for_cancel") == "cancelled"
 
 
-async def test_a_task_waiting_at_a_waitpoint_asks_for_input_and_completes_once_answered(
-    app: App, worker: WorkerProcess, tenure_dsn: str, tmp_path: Path
+async def test_a_task_waiting_for_a_person_is_working_and_says_for_whom_never_asking(
+    app: App,
+    worker: WorkerProcess,
+    tenure_dsn: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """``approve`` waits for whoever holds its token: the caller is told so, never asked,
+    never shown the token or the request, and cannot answer it itself (the operator's
+    ``tenure jobs show`` says who may)."""
     marker = tmp_path / "token"
-    async with memory_client(server(app), "legacy") as client:
+    asked: list[ElicitRequestParams] = []
+
+    async def reply(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        asked.append(params)
+        return ElicitResult(action="accept", content={"answer": "approved by the agent"})
+
+    async with memory_client(server(app), "legacy", elicitation=reply) as client:
         task = (await task_call(client, "approve", {"amount": 250, "marker": str(marker)})).task
         await wait_until_async(lambda: state_of(tenure_dsn, "approve") == "waiting", timeout=30)
-        asking = await task_get(client, task.task_id)
+        waiting = await task_get(client, task.task_id)
+        [row] = jobs(tenure_dsn, "approve")
+        with pytest.raises(Conflict, match="for whoever holds its token"):
+            await app.answer_waitpoint(row["id"], "approval", "yes", tenant=row["tenant"])
+        monkeypatch.setenv("TENURE_DSN", tenure_dsn)
+        assert await anyio.to_thread.run_sync(main, ["jobs", "show", str(row["id"])]) == 0
+        assert "its token's holder" in capsys.readouterr().out
         token = text(marker).strip()
         await app.complete_waitpoint(token, "approved by Ann")
         result = await task_result(client, task.task_id)
         done = await task_get(client, task.task_id)
-    assert asking.status == "input_required"
-    assert asking.poll_interval == 5000
-    assert asking.status_message is not None and "'approval'" in asking.status_message
-    assert token not in asking.model_dump_json() and "250" not in asking.model_dump_json()
+    assert waiting.status == "working"
+    assert waiting.status_message is not None
+    assert "'approval' for whoever holds its token" in waiting.status_message, waiting
+    assert token not in waiting.model_dump_json() and "250" not in waiting.model_dump_json()
+    assert asked == []
     assert not result.is_error, result
     assert text_of(result) == "250: approved by Ann"
     assert done.status == "completed"
 
 
-async def test_with_answer_waitpoints_the_tasks_own_caller_is_asked_and_its_reply_answers(
-    app: App, worker: WorkerProcess, tenure_dsn: str, tmp_path: Path
+async def test_a_question_for_its_caller_is_asked_with_the_answers_form_and_the_tool_gets_it_typed(
+    app: App, worker: WorkerProcess, tenure_dsn: str
 ) -> None:
     asked: list[ElicitRequestParams] = []
 
     async def reply(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
         asked.append(params)
-        return ElicitResult(action="accept", content={"answer": "yes, pay it"})
+        return ElicitResult(action="accept", content={"approved": True, "size": "M"})
 
-    srv = server(app, answer_waitpoints=True)
-    async with memory_client(srv, "legacy", elicitation=reply) as client:
-        task = (
-            await task_call(client, "approve", {"amount": 90, "marker": str(tmp_path / "t")})
-        ).task
+    async with memory_client(server(app), "legacy", elicitation=reply) as client:
+        task = (await task_call(client, "confirm", {"item": "boots"})).task
+        await wait_until_async(lambda: state_of(tenure_dsn, "confirm") == "waiting", timeout=30)
+        waiting = await task_get(client, task.task_id)
         result = await task_result(client, task.task_id)
+    assert waiting.status == "input_required" and waiting.poll_interval == 5000
+    assert waiting.status_message is not None and "your answer" in waiting.status_message
     assert not result.is_error, result
-    assert text_of(result) == "90: yes, pay it"
+    assert result.structured_content == {"item": "boots", "approved": True, "size": "M"}
     [question] = asked
     assert isinstance(question, ElicitRequestFormParams)
-    assert question.message == "approve waits for an answer at 'approval': {\"amount\": 90}"
+    assert question.message == 'confirm asks you, its caller, at \'size\': {"item": "boots"}'
+    assert question.requested_schema == {
+        "type": "object",
+        "properties": {
+            "approved": {"title": "Approved", "type": "boolean"},
+            "size": {"enum": ["S", "M", "L"], "title": "Size", "type": "string"},
+            "note": {"title": "Note", "type": "string"},
+        },
+        "required": ["approved", "size"],
+    }
     assert question.meta is not None
     assert question.meta.get(RELATED_TASK) == {"taskId": task.task_id}
-    [row] = jobs(tenure_dsn, "approve")
-    assert row["state"] == "succeeded"
 
 
-async def test_a_caller_that_cannot_be_asked_or_declines_leaves_the_waitpoint_open(
-    app: App, worker: WorkerProcess, tenure_dsn: str, tmp_path: Path
+async def test_a_caller_that_declines_leaves_its_question_open_and_is_not_asked_twice(
+    app: App, worker: WorkerProcess, tenure_dsn: str
 ) -> None:
-    """Declined (or a client without elicitation): the task waits on; its token answers."""
-    marker = tmp_path / "token"
+    """Declined: the task waits on (the caller may answer later, by calling again)."""
     declined: list[str] = []
 
     async def decline(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
         declined.append(params.message)
         return ElicitResult(action="decline")
 
-    srv = server(app, answer_waitpoints=True)
-    async with memory_client(srv, "legacy", elicitation=decline) as client:
-        task = (await task_call(client, "approve", {"amount": 5, "marker": str(marker)})).task
+    async with memory_client(server(app), "legacy", elicitation=decline) as client:
+        task = (await task_call(client, "confirm", {"item": "hat"})).task
         async with anyio.create_task_group() as tg:
-            results: list[CallToolResult] = []
-
-            async def wait_for_it() -> None:
-                results.append(await task_result(client, task.task_id))
-
-            tg.start_soon(wait_for_it)
+            tg.start_soon(task_result, client, task.task_id)
             await wait_until_async(lambda: len(declined) == 1, timeout=30)
             assert (await task_get(client, task.task_id)).status == "input_required"
-            await app.complete_waitpoint(text(marker).strip(), "no")
-    assert text_of(results[0]) == "5: no"
-    assert len(declined) == 1  # asked once per waitpoint, not again
+            tg.cancel_scope.cancel()
+        [row] = jobs(tenure_dsn, "confirm")
+        await app.answer_waitpoint(
+            row["id"], "size", {"approved": False, "size": "S"}, tenant=row["tenant"]
+        )
+        result = await task_result(client, task.task_id)
+    assert result.structured_content == {"item": "hat", "approved": False, "size": "S"}
+    assert len(declined) == 1  # asked once per waitpoint and request, not again
 
 
 async def test_a_worker_sigkilled_mid_task_is_replaced_and_the_task_has_one_result_and_one_case(
@@ -308,3 +345,21 @@ async def test_over_stdio_a_task_call_completes(
     assert text_of(result) == "over stdio"
     assert done.status == "completed"
     assert state_of(tenure_dsn, "echo") == "succeeded"
+
+
+async def test_tasks_result_relays_the_jobs_progress_on_its_own_request(
+    app: App, worker: WorkerProcess
+) -> None:
+    """2025-11-25 lets a task's progress travel as ``notifications/progress``: the client
+    waiting in ``tasks/result`` with a progress callback hears the tool's reports."""
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async with memory_client(server(app), "legacy") as client:
+        task = (await task_call(client, "count", {"steps": 3})).task
+        result = await task_result(client, task.task_id, progress=on_progress)
+    assert result.structured_content == {"result": 3}
+    assert seen and seen[-1] == (3.0, 3.0, "step 3"), seen
+    assert [p for p, _, _ in seen] == sorted({p for p, _, _ in seen})

@@ -19,7 +19,12 @@ from agents.exceptions import UserError
 from tests.integration.durable.conftest import running
 from tests.support.waiting import wait_until_async
 from tests.system.adapters.openai_agents.ledger_openai import OFFLINE, ledger_agent
-from tests.system.adapters.pydantic_ai.ledger_app import SECRET, executions, open_gate
+from tests.system.adapters.pydantic_ai.ledger_app import (
+    REFUSED,
+    SECRET,
+    executions,
+    open_gate,
+)
 
 from tenure import App, JobFailed, UnknownTool
 from tenure.integrations.openai_agents import TenureRunner, TenureTools
@@ -79,7 +84,7 @@ async def test_arguments_outside_the_signature_are_told_and_queue_nothing(
         ("crash", "The call of crash failed (error code: error, 2 attempts)"),
     ],
 )
-async def test_a_failed_job_is_the_error_text_without_the_tools_text(
+async def test_a_failed_job_is_the_error_text_with_only_the_tools_classified_text(
     app: App, worker: None, tool: str, told: str
 ) -> None:
     agent, _, model = ledger_agent(app, tool, {"account": "a3"})
@@ -87,10 +92,33 @@ async def test_a_failed_job_is_the_error_text_without_the_tools_text(
 
     (said,) = outputs(model.inputs)
     assert said.startswith(told)
+    # A PermanentError's message is the tool's word to its caller, as MCP clients get it;
+    # an unclassified exception's text stays with the operator.
+    assert (f"It said: {REFUSED}" in said) == (tool == "refuse")
     assert "4111" not in json.dumps(model.inputs, default=str)
     assert "4111" not in str(result.final_output)
     (job,) = await app.list_jobs(tool=tool)
-    assert job.state == "failed" and SECRET in json.dumps(job.error)  # kept, for the operator
+    assert job.state == "failed"
+    if tool == "crash":
+        assert SECRET in json.dumps(job.error)  # kept, for the operator
+
+
+async def test_with_lax_a_models_slip_is_converted_in_a_plain_and_a_durable_run(
+    app: App,
+) -> None:
+    """Both roads of a call (its key from the conversation, or a child of a durable run)
+    convert a model's trivial slip ("12" for an int) when asked to, rather than refuse it."""
+    open_gate(app.dsn, "l1")
+    open_gate(app.dsn, "l2")
+    plain, _, _ = ledger_agent(app, "post_entry", {"account": "l1", "cents": "12"}, lax=True)
+    durable, _, _ = ledger_agent(app, "post_entry", {"account": "l2", "cents": "13"})
+    lax_tools = list(TenureTools(app, lax=True).tools)
+    runner = TenureRunner(app, durable.clone(tools=lax_tools), name="l")
+    async with running(app):  # a worker that knows the run's tool
+        await Runner.run(plain, "go", context=CHAT, run_config=OFFLINE)
+        await runner.run("go", key="lax-2", timeout=60)
+    jobs = await app.list_jobs(tool="post_entry")
+    assert sorted(j.payload["cents"] for j in jobs if j.payload) == [12, 13]
 
 
 def test_bad_settings_are_refused(app: App) -> None:

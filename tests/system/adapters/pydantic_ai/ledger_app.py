@@ -86,9 +86,12 @@ async def post_entry(ctx: Context, account: str, cents: int) -> dict[str, object
     return {"entry": f"{account}/{cents}", "job": ctx.job_id}
 
 
+REFUSED = "the ledger refused this account"  # a PermanentError's words to its caller
+
+
 async def refuse(ctx: Context, account: str) -> str:
-    """Always refused by the ledger."""
-    raise PermanentError(f"the ledger refused {SECRET}")
+    """Always refused by the ledger (the tool says so to its caller, in its own words)."""
+    raise PermanentError(REFUSED)
 
 
 async def crash(ctx: Context, account: str) -> str:

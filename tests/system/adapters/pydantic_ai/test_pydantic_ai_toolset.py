@@ -20,7 +20,12 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import DeferredToolRequests
 from tests.system.adapters.pydantic_ai.ledger_agent import ledger_agent, scripted
-from tests.system.adapters.pydantic_ai.ledger_app import SECRET, executions, open_gate
+from tests.system.adapters.pydantic_ai.ledger_app import (
+    REFUSED,
+    SECRET,
+    executions,
+    open_gate,
+)
 
 from tenure import App, JobFailed, PolicyError, UnknownTool, WaitTimeout
 from tenure.integrations.pydantic_ai import TenureToolset
@@ -79,6 +84,18 @@ async def test_arguments_outside_the_signature_are_a_retry_and_queue_nothing(
     assert [j.idempotency_key for j in jobs] == ["pydantic-ai:conv-2:call-1"]
 
 
+async def test_with_lax_a_models_trivial_slip_is_converted_instead_of_retried(
+    app: App, worker: None
+) -> None:
+    open_gate(app.dsn, "acct-9")
+    model, seen = scripted(("post_entry", {"account": "acct-9", "cents": "12"}))
+    await Agent(model, toolsets=[TenureToolset(app, lax=True)]).run("go", conversation_id="c-9")
+
+    assert [r.outcome for r in seen] == ["success"]
+    [job] = await app.list_jobs(tool="post_entry")
+    assert job.payload == {"account": "acct-9", "cents": 12}
+
+
 @pytest.mark.parametrize(
     ("tool", "outcome", "told"),
     [
@@ -86,7 +103,7 @@ async def test_arguments_outside_the_signature_are_a_retry_and_queue_nothing(
         ("crash", "retried", "The call of crash failed (error code: error, 2 attempts)"),
     ],
 )
-async def test_a_failed_job_is_the_frameworks_tool_error_without_the_tools_text(
+async def test_a_failed_job_is_the_frameworks_tool_error_with_only_the_tools_classified_text(
     app: App, worker: None, tool: str, outcome: str, told: str
 ) -> None:
     model, seen = scripted((tool, {"account": "acct-3"}))
@@ -94,10 +111,16 @@ async def test_a_failed_job_is_the_frameworks_tool_error_without_the_tools_text(
 
     assert [r.outcome for r in seen] == [outcome]
     assert told in seen[0].model_response_str()
+    # A PermanentError's message is the tool's word to its caller, as MCP clients get it;
+    # an unclassified exception's text stays with the operator.
+    said = f"It said: {REFUSED}"
+    assert (said in seen[0].model_response_str()) == (tool == "refuse")
     history = ModelMessagesTypeAdapter.dump_json(result.all_messages()).decode()
     assert "4111" not in history and "Jane" not in history
     job = await app.get(key="pydantic-ai:c-3:call-0")
-    assert job.state == "failed" and SECRET in json.dumps(job.error)  # kept, for the operator
+    assert job.state == "failed"
+    if tool == "crash":
+        assert SECRET in json.dumps(job.error)  # kept, for the operator
 
 
 async def test_tenants_never_share_a_job(app: App, worker: None) -> None:

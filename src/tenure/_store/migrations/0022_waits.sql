@@ -1,7 +1,7 @@
--- tenure 0017: durable waits that hold no lease. `ctx.sleep` and `ctx.wait_for` end the
+-- tenure 0022: durable waits that hold no lease. `ctx.sleep` and `ctx.wait_for` end the
 -- attempt at a waitpoint (0008) like a call waiting for a person: the job is `waiting`, with
 -- no lease, no heartbeat and no worker slot, and is called again from the top (replaying its
--- steps, 0016) when the wait is over. A sleep is a waitpoint whose deadline resumes it (the
+-- steps, 0021) when the wait is over. A sleep is a waitpoint whose deadline resumes it (the
 -- rescuer's expire_waitpoints); a wait for child jobs is resumed by the last child's end, in
 -- the same transaction as that child's commit (the trigger below), whichever statement ends
 -- it (a commit, a cancel, the rescuer failing its lease, a stage transition).
@@ -16,6 +16,18 @@ CREATE INDEX tenure_jobs_parent ON tenure_jobs (parent_id) WHERE parent_id IS NO
 ALTER TABLE tenure_waitpoints
     ADD COLUMN kind text NOT NULL DEFAULT 'answer' CHECK (kind IN ('answer', 'sleep', 'children'));
 ALTER TABLE tenure_waitpoints ADD COLUMN waiting_on bigint[];
+
+-- Nobody answers a sleep or a wait for children from outside (0020 knew 'holder' and
+-- 'caller'): only its deadline or its children end it. 'nobody' says so to whoever reads it
+-- (tenure jobs show, an MCP server choosing what to ask), and complete_waitpoint answers
+-- only a waitpoint of kind 'answer', so the token such a wait has (derived like any other)
+-- answers nothing.
+ALTER TABLE tenure_waitpoints
+    DROP CONSTRAINT tenure_waitpoints_answered_by_check,
+    ADD CONSTRAINT tenure_waitpoints_answered_by_check
+        CHECK (answered_by IN ('holder', 'caller', 'nobody')),
+    ADD CONSTRAINT tenure_waitpoints_answerable
+        CHECK ((kind = 'answer') = (answered_by <> 'nobody'));
 
 -- The backstop sweep's look at children waits (queries/waitpoints.sql, resume_children_waits).
 CREATE INDEX tenure_waitpoints_children ON tenure_waitpoints (id)
@@ -49,7 +61,9 @@ END;
 $$;
 
 -- Answer one children wait whose children all ended and queue its job again, if the job still
--- waits there under the token it suspended with (the trigger above and the backstop sweep).
+-- waits there under the token it suspended with (the trigger above and the backstop sweep),
+-- and only before its deadline on the database's clock, like any answer (complete_waitpoint):
+-- past it, the rescuer's expire_waitpoints ends the wait with its on_timeout.
 CREATE FUNCTION tenure_resume_children_wait(p_wait bigint, p_name text, p_token bigint,
                                             p_created timestamptz) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -57,7 +71,7 @@ DECLARE
     v_job record;
 BEGIN
     UPDATE tenure_waitpoints SET state = 'answered', closed_at = clock_timestamp()
-    WHERE id = p_wait AND state = 'open';
+    WHERE id = p_wait AND state = 'open' AND deadline > clock_timestamp();
     IF NOT FOUND THEN
         RETURN false;
     END IF;

@@ -1,35 +1,31 @@
-"""Hostile arguments to the `tenure` command: one line, a non-zero exit, the database untouched.
+"""Hostile arguments to the `tenure` command, and the database they must leave untouched.
 
-Every case runs ``python -m tenure ...`` as a real subprocess with ``TENURE_DSN``
-naming a migrated schema that holds jobs and journal rows. Whatever the argument
-(NaN, infinities, negative or huge numbers for every numeric option, payloads
-nested past the parser, 5,000-digit integers, invalid UTF-8, unknown tools,
-MODULE:APP pointing at nonsense, overlong keys and names, garbage times, ports
-out of range, hostile environment defaults), the command must print exactly one
-line on stderr, exit non-zero, show no traceback, and leave every row of
-``tenure_jobs`` and ``tenure_events`` as it was.
+The corpus: NaN, infinities, negative or huge numbers for every numeric option, payloads
+nested past the parser, 5,000-digit integers, invalid UTF-8, unknown tools, MODULE:APP
+pointing at nonsense, overlong keys and names, garbage times, ports out of range, hostile
+environment defaults. Whatever the argument, the command must fail cleanly (one error
+line on stderr, only a payload's problems indented under it; a non-zero exit; no
+traceback) and leave every row of ``tenure_jobs`` and ``tenure_events`` as it was.
+
+``test_hostile_cli.py`` (here) runs every case in the test's process, through
+``tenure._cli.main``; ``tests/system/hostile/test_hostile_cli_processes.py`` runs a handful
+as real ``python -m tenure`` subprocesses (argv decoding, the interpreter's exit,
+asyncio's "never retrieved" at shutdown). The fixtures are this folder's conftest's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
 import psycopg
-import pytest
-from tests.integration.observe.observe_app import build_app
-from tests.support.cli import assert_one_line_error, run_tenure
-from tests.support.schemas import fresh_schema_dsn
 
-from tenure._store import migrate
-
-# slow: CI runs it once (246 subprocesses); it checks the command's argument handling, which
-# does not depend on the server version.
-pytestmark = pytest.mark.slow
-
-APP = "tests.integration.observe.observe_app:app"
+# A module of the work dir (see conftest.py's cli_workdir) that builds the observability
+# tests' app from TENURE_DSN when imported, as a subprocess would; in-process it is imported
+# afresh for every case, so no case sees the app another one configured.
+APP = "hostile_cli_app:app"
+APP_MODULE = "from tests.integration.observe.observe_app import build_app\n\napp = build_app()\n"
 PAYLOAD = '{"text": "x"}'
 HUGE = "9" * 5000
 NOT_FINITE = ["nan", "-inf", "1e309", HUGE]
@@ -205,23 +201,6 @@ ENVIRONMENT: dict[str, Case] = {
 CASES: dict[str, Case] = {**NUMBERS, **PAYLOADS, **NAMES, **SINCE, **TARGETS, **ENVIRONMENT}
 
 
-@pytest.fixture(scope="module")
-def seeded_dsn(database_dsn: str) -> Iterator[str]:
-    """A migrated schema holding queued, cancelled and claimed jobs and their journal rows."""
-    dsn = fresh_schema_dsn(database_dsn, "hostile_cli")
-    migrate(dsn)
-    app = build_app(dsn)
-    try:
-        for n in range(3):
-            job = app.enqueue_sync("echo", {"text": f"seed {n}"}, idempotency_key=f"seed-{n}")
-        app.cancel_sync(job.id)
-    finally:
-        app.close()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO tenure_events (kind, job_id) VALUES ('job_claimed', 1)")
-    yield dsn
-
-
 def snapshot(dsn: str) -> tuple[int, str | None, int, str | None]:
     """Every row of tenure_jobs and tenure_events, digested: any insert, update or delete
     shows."""
@@ -237,31 +216,3 @@ def snapshot(dsn: str) -> tuple[int, str | None, int, str | None]:
     assert row is not None
     jobs, jobs_digest, events, events_digest = row
     return jobs, jobs_digest, events, events_digest
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where MODULE:APP resolves (the command imports from its working directory): the
-    test apps, plus a module that raises on import and one that does not parse."""
-    root = Path(__file__).resolve().parents[3]
-    work = tmp_path_factory.mktemp("hostile-cli")
-    (work / "tests").symlink_to(root / "tests", target_is_directory=True)
-    (work / "raises_on_import.py").write_text("raise RuntimeError('imported by mistake')\n")
-    (work / "broken_syntax.py").write_text("def app(:\n")
-    return work
-
-
-def test_the_seed_is_there(seeded_dsn: str) -> None:
-    jobs, _, events, _ = snapshot(seeded_dsn)
-    assert jobs == 3 and events >= 2  # the corpus below would prove little on empty tables
-
-
-@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_hostile_arguments_get_one_line_and_change_nothing(
-    case: Case, seeded_dsn: str, workdir: Path
-) -> None:
-    before = snapshot(seeded_dsn)
-    done = run_tenure(case.args, dsn=seeded_dsn, env=case.env, cwd=workdir, timeout=60)
-    assert_one_line_error(done)
-    assert done.stdout == b"", done.stdout[-2000:]
-    assert snapshot(seeded_dsn) == before

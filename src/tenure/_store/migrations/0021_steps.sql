@@ -1,4 +1,4 @@
--- tenure 0016: fenced steps inside a job (`ctx.step`). A tool that is called again from the
+-- tenure 0021: fenced steps inside a job (`ctx.step`). A tool that is called again from the
 -- top (after a crash, a takeover or a suspension) replays what it already did from these
 -- checkpoints instead of doing it again: one row per completed step, by name, written under
 -- the job's fencing token with the same predicate as a commit (queries/steps.sql,

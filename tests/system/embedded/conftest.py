@@ -1,0 +1,25 @@
+"""Fixtures of the embedded server's tests."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+import tenure._embedded as embedded
+
+
+@pytest.fixture
+def fresh_account_name(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A server account name of this test's own (as root the server runs as it), so a
+    test can create and delete it without touching `_tenure`, which other servers on
+    this machine may run as."""
+    name = f"_tenure_t{secrets.token_hex(3)}"
+    monkeypatch.setattr(embedded, "SERVER_USER", name)
+    embedded._server_account.cache_clear()
+    yield name
+    embedded._server_account.cache_clear()
+    if embedded._account(name) is not None:
+        subprocess.run(["userdel", name], check=False, capture_output=True)
