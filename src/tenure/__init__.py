@@ -46,8 +46,9 @@ from ._maintenance._statistics import StatisticsConfig
 from ._maintenance._worker_pruner import WorkerPrunerConfig
 from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
 from ._policy import LeasePolicy, RetryPolicy, ToolPolicy
+from ._run_watch import RunEvent
 from ._search import JobPage
-from ._waitpoint import Waitpoint
+from ._waitpoint import Suspend, Waitpoint
 from ._worker._worker import Worker
 
 __version__ = "0.1.0"
@@ -85,6 +86,7 @@ __all__ = [
     "RetryPolicy",
     "RetryableError",
     "Run",
+    "RunEvent",
     "RunFailed",
     "RunNotFound",
     "RunStage",
@@ -94,6 +96,7 @@ __all__ = [
     "StaleFence",
     "StatisticsConfig",
     "StoreError",
+    "Suspend",
     "TenureError",
     "ToolError",
     "ToolPolicy",

@@ -68,6 +68,7 @@ from ._registry import (
     check_tenant,
     make_spec,
 )
+from ._run_watch import RunEvent, follow_run
 from ._search import JobPage, SearchFilters, job_search, page_of
 from ._signature import load_result
 from ._store import (
@@ -795,8 +796,10 @@ class App:
 
     async def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with one more attempt. The tool is called
-        from the top with the answers it had; a waitpoint that closed unanswered (timed
-        out, or cancelled with its job) is asked again."""
+        from the top with the answers it had and the steps it recorded (replayed, not run
+        again); a waitpoint that closed unanswered (timed out, or cancelled with its job)
+        is asked again, as is a sleep it was cancelled in (in full, from then); a sleep
+        that ended stays over."""
         store = await self._store()
         retried = await store.retry(job_id)
         if retried is None:
@@ -900,6 +903,18 @@ class App:
             if (now.state, now.progress) != last:  # the row may be ahead of the status read
                 last = (now.state, now.progress)
                 yield now
+
+    async def watch_run(
+        self, job_id: int, *, timeout: float | None = None
+    ) -> AsyncIterator[RunEvent]:
+        """A durable run's events (`RunEvent`), from its start until it ended: each model
+        step with the usage the model reported, each tool call started and finished, its
+        progress, each wait (a person's approval, a timer, its tools) and its output.
+        Pushed by the database, like `watch`; WaitTimeout past ``timeout`` seconds."""
+        store = await self._store()
+        waiters = await self._waiting()
+        async for event in follow_run(store, waiters, job_id, Deadline.after(timeout)):
+            yield event
 
     async def summary(self) -> dict[str, int]:
         """Counts of jobs by state (``jobs_<state>``), of journal events by kind

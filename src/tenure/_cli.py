@@ -386,6 +386,14 @@ def job_table(job: Mapping[str, Any]) -> Table:
     return table
 
 
+# Who may answer a waitpoint, as `tenure jobs show` says it (tenure.states.Answerer).
+ANSWERERS = {
+    "holder": "its token's holder",
+    "caller": "the caller too",
+    "nobody": "nobody (a sleep or child jobs)",
+}
+
+
 def waitpoints_table(waits: Iterable[Mapping[str, Any]]) -> Table:
     """A job's waitpoints: what it waits for, who may answer, how long it still may."""
     table = Table(title="waitpoints", **TABLE)
@@ -398,7 +406,7 @@ def waitpoints_table(waits: Iterable[Mapping[str, Any]]) -> Table:
             table,
             w["name"],
             w["state"],
-            "its token's holder" if w["answered_by"] == "holder" else "the caller too",
+            ANSWERERS.get(w["answered_by"], w["answered_by"]),
             w["on_timeout"],
             left,
             w["created_at"].isoformat(timespec="seconds"),

@@ -2,21 +2,84 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import inspect
 import json
 import math
-from collections.abc import Callable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
-from ._errors import ConfigError, PayloadError, PolicyError
+from ._errors import ConfigError, PayloadError, PolicyError, WaitTimeout
+from ._job import Job
 from ._states import Answerer, OnTimeout, OwnershipState
-from ._waitpoint import Suspend, Waitpoint
+from ._waitpoint import Suspend, WaitKind, Waitpoint, derive_token
 from ._waitpoint import request_json as waitpoint_request
 from ._waitpoint import waitpoint as make_waitpoint
 from ._worker._ownership import Ownership
+from ._worker._steps import job_of_record, job_record
 
 if TYPE_CHECKING:
+    from ._worker._steps import Checkpoints, Steps
     from .fence import FencedAuth
     from .fence._signing import SentRequest
+
+STEP_NAME_MAX = 200
+StepKind = str  # 'step' for yours; 'model', 'tool', 'start', 'wait' for framework engines
+STEP_KINDS = ("step", "model", "tool", "start", "wait")  # tenure_steps.kind's CHECK
+DAY = 24 * 3600.0
+MAX_WAIT = 365 * DAY
+WAIT_NAME_MAX = 90  # a waitpoint's name is at most 100 characters, with its round (~n)
+MAX_CHILDREN = 1000
+# The step running in this task or thread: its side effects take its key.
+_current_step: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tenure_current_step", default=None
+)
+
+
+def _child_ids(children: tuple[Any, ...]) -> list[int]:
+    if not 1 <= len(children) <= MAX_CHILDREN:
+        raise PolicyError(f"wait_for takes 1 to {MAX_CHILDREN} child job ids")
+    for child in children:
+        if isinstance(child, bool) or not isinstance(child, int):
+            raise PolicyError(f"wait_for takes job ids (from ctx.enqueue), got {child!r}")
+    return list(dict.fromkeys(children))
+
+
+@contextlib.contextmanager
+def _step_scope(name: str) -> Iterator[None]:
+    """Mark ``name`` as the step running in this task or thread while the block runs."""
+    current = _current_step.set(name)
+    try:
+        yield
+    finally:
+        _current_step.reset(current)
+
+
+def step_name(name: Any, index: Any) -> str:
+    """The recorded name of a step: ``name``, or ``name#index`` for a repeated one."""
+    if (
+        not isinstance(name, str)
+        or not 1 <= len(name) <= STEP_NAME_MAX
+        or not name.isprintable()
+        or ":" in name
+        or "#" in name
+    ):
+        raise PolicyError(
+            f"a step name is 1-{STEP_NAME_MAX} printable characters without ':' or '#', "
+            f"got {name!r:.80}"
+        )
+    if index is None:
+        return name
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 10**9:
+        raise PolicyError(f"a step index is an int in [0, 10**9), got {index!r}")
+    full = f"{name}#{index}"
+    if len(full) > STEP_NAME_MAX:
+        raise PolicyError(f"step name {full!r:.80} is longer than {STEP_NAME_MAX} characters")
+    return full
 
 
 class Context:
@@ -45,6 +108,8 @@ class Context:
         progress: Callable[[str], None] | None = None,
         waitpoint_secret: bytes | None = None,
         waitpoints: Mapping[str, Any] | None = None,
+        steps: Steps | None = None,
+        tenant: str = "",
     ) -> None:
         self.job_id = job_id
         self.tool = tool
@@ -59,6 +124,12 @@ class Context:
         self._progress = progress
         self._waitpoint_secret = waitpoint_secret
         self._waitpoints = waitpoints  # answered or timed out, by name (from the job's row)
+        self.tenant = tenant
+        self._steps = steps
+        self._counters: dict[str, int] = {}  # default names of sleeps, starts and waits
+        self._checkpoints: Checkpoints | None = None  # this attempt's, made by the first step
+        self._named: set[str] = set()  # step names this attempt used (each once)
+        self._names_lock = threading.Lock()  # steps may run in several threads at once
 
     def __repr__(self) -> str:
         return (
@@ -70,31 +141,52 @@ class Context:
     def fence_scope(self) -> str:
         return f"tool-job:{self.job_id}"
 
-    def idempotency_key(self, operation: str) -> str:
-        """The stable key of one side effect of this job: ``tool-job:{job}:{operation}``."""
-        if not operation or not operation.isprintable() or ":" in operation or len(operation) > 100:
+    def idempotency_key(self, operation: str | None = None) -> str:
+        """The stable key of one side effect of this job: ``tool-job:{job}:{operation}``.
+
+        Inside a step (`step`) ``operation`` defaults to the step's name, so a step's side
+        effect has the key ``tool-job:{job}:{step}`` on every attempt and every worker."""
+        operation = self._operation(operation)
+        if not operation or not operation.isprintable() or ":" in operation or len(operation) > 200:
             raise ValueError(
-                f"operation must be 1-100 printable characters without ':', got {operation!r}"
+                f"operation must be 1-200 printable characters without ':', got {operation!r}"
             )
         return f"{self.fence_scope}:{operation}"
 
-    def fence_headers(self, operation: str, **request: Unpack[SentRequest]) -> dict[str, str]:
+    def _operation(self, operation: str | None) -> str:
+        if operation is not None:
+            return operation
+        current = _current_step.get()
+        if current is None:
+            raise ValueError("name the operation: outside a step there is no default")
+        return current
+
+    @property
+    def current_step(self) -> str | None:
+        """The name of the step running here (in this task or thread), or None."""
+        return _current_step.get()
+
+    def fence_headers(
+        self, operation: str | None = None, **request: Unpack[SentRequest]
+    ) -> dict[str, str]:
         """Idempotency-Key, X-Execution-Fence, X-Fence-Scope (and a signature if keyed).
 
         With a signing key the signature covers the request too, so ``method``,
         ``path`` (the URL as sent) and ``body`` (the exact bytes) are required;
-        ``http_auth(op)`` reads them from the request for you.
+        ``http_auth(op)`` reads them from the request for you. Inside a step,
+        ``operation`` defaults to the step's name.
         """
         from .fence import fence_headers
 
         key = self.idempotency_key(operation)
         return fence_headers(self.fence_scope, self.token, key, self._signing_key, **request)
 
-    def http_auth(self, operation: str) -> FencedAuth:
-        """An httpx auth that adds the fence headers and checks ownership before sending."""
+    def http_auth(self, operation: str | None = None) -> FencedAuth:
+        """An httpx auth that adds the fence headers and checks ownership before sending
+        (inside a step, ``operation`` defaults to the step's name)."""
         from .fence import FencedAuth
 
-        return FencedAuth(self, operation)
+        return FencedAuth(self, self._operation(operation))
 
     @property
     def lease_remaining(self) -> float:
@@ -182,6 +274,246 @@ class Context:
                 "wait again under a new name"
             )
         raise Suspend(waitpoint, waitpoint_request(request))
+
+    # -- fenced steps ------------------------------------------------------------------
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        index: int | None = None,
+        kind: StepKind = "step",
+        detail: Callable[[Any], dict[str, Any] | None] | dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` once for this job and return its JSON result.
+
+        The first time, ``fn`` runs (awaited if it returns an awaitable) and its result
+        is recorded as the step ``name``, fenced like a commit: only while this attempt
+        still owns the job (owner, token, live lease). A later attempt (a retry, another
+        worker after a crash or a takeover, the call resumed after a suspension) gets
+        the recorded result back without running ``fn``. What is returned is always the
+        JSON form (a tuple comes back a list), the same on the first run and on a replay.
+
+        Names are unique within the job: a repeated ``name`` raises PolicyError unless
+        each use gives its own ``index`` (recorded as ``name#index``). Inside ``fn``,
+        `idempotency_key()` and `http_auth()` default to the step's own key,
+        ``tool-job:{job}:{name}``, the same on every attempt. Raises PayloadError when
+        the result is not JSON or larger than 4 MiB, LeaseLost when the database
+        refused the checkpoint (a newer owner holds the job; nothing was recorded), and
+        whatever ``ensure_owned`` raises before ``fn`` starts.
+
+        ``kind`` and ``detail`` are for framework engines: the kind of work (``step``,
+        ``model``, ``tool``) and a small content-free JSON object for watchers, or a
+        function of the result giving one (a model's token usage). They are recorded
+        with the step and shown on the run page, never the result. Pass a keyword of
+        ``fn``'s named ``index``, ``kind`` or ``detail`` through `functools.partial`.
+        """
+        full, checkpoints = self._begin_step(name, index, kind)
+        found, value = await checkpoints.lookup(full)
+        if found:
+            return value
+        self.ensure_owned()
+        started = time.monotonic()
+        with _step_scope(full):
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+        return await checkpoints.record(full, value, time.monotonic() - started, kind, detail)
+
+    def step_sync(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        index: int | None = None,
+        kind: StepKind = "step",
+        detail: Callable[[Any], dict[str, Any] | None] | dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """`step` for a threaded (plain ``def``) tool: ``fn`` runs in the tool's own thread;
+        the checkpoint is read and written by the worker's event loop meanwhile."""
+        full, checkpoints = self._begin_step(name, index, kind)
+        run = checkpoints.steps.run
+        found, value = run(checkpoints.lookup(full))
+        if not found:
+            self.ensure_owned()
+            started = time.monotonic()
+            with _step_scope(full):
+                value = fn(*args, **kwargs)
+            value = run(checkpoints.record(full, value, time.monotonic() - started, kind, detail))
+        return value
+
+    # -- durable waits and child jobs ----------------------------------------------------
+
+    async def sleep(self, seconds: float, *, name: str | None = None) -> None:
+        """Wait ``seconds`` without holding anything: the attempt ends here (state
+        ``waiting``: no lease, no heartbeat, no worker slot) and the job is called again
+        from the top once the time has passed, by any worker; on that call (its earlier
+        steps replayed) this returns at once. Resolution is the rescuer's interval (about
+        a second). ``name`` (default ``sleep#n``, the n-th sleep of the call) is how the
+        call recognises this sleep when it is called again."""
+        self._sleep(seconds, name)
+
+    def sleep_sync(self, seconds: float, *, name: str | None = None) -> None:
+        """`sleep` for a threaded tool."""
+        self._sleep(seconds, name)
+
+    def _sleep(self, seconds: float, name: str | None) -> None:
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+            or not 0 <= seconds <= MAX_WAIT
+        ):
+            raise PolicyError(f"sleep takes seconds in [0, {MAX_WAIT:g}], got {seconds!r}")
+        full = self._wait_name(name, "sleep")
+        if seconds == 0 or (self._waitpoints or {}).get(full) is not None:
+            return  # nothing to wait for, or waited already
+        raise Suspend(self._internal_waitpoint(full, float(seconds), "sleep", ()), None)
+
+    async def enqueue(
+        self,
+        tool: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        priority: int | None = None,
+        delay: float = 0.0,
+    ) -> int:
+        """Start a child job: ``tool`` called with ``payload`` in this job's tenant, keyed
+        ``tool-job:{job}:{name}``; its id. A step (``name``, default ``start#n``): queued
+        and recorded in one transaction under this job's token, so a call run again gets
+        the same child back, never a second one. Wait for it with `wait_for`."""
+        full, checkpoints = self._begin_step(*self._default_name(name, "start"), "start")
+        found, value = await checkpoints.lookup(full)
+        if found:
+            return int(value)
+        steps = checkpoints.steps
+        if steps.new_job is None:
+            raise ConfigError("this context cannot start jobs (not run by a worker)")
+        key = self.idempotency_key(full)
+        child = steps.new_job(
+            tool, dict(payload or {}), key, priority, delay, None, self.tenant or None
+        )
+        self.ensure_owned()
+        return await checkpoints.start(full, replace(child, parent_id=self.job_id))
+
+    def enqueue_sync(
+        self,
+        tool: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        priority: int | None = None,
+        delay: float = 0.0,
+    ) -> int:
+        """`enqueue` for a threaded tool."""
+        run = self._open_checkpoints().steps.run
+        return run(self.enqueue(tool, payload, name=name, priority=priority, delay=delay))
+
+    async def wait_for(
+        self, *children: int, name: str | None = None, timeout: float = DAY
+    ) -> list[Job]:
+        """Wait for child jobs (ids from `enqueue`) to end, holding nothing meanwhile; their
+        final rows, in the order given (look at each one's state, result and error).
+
+        If one is still going, the attempt ends here (state ``waiting``: no lease, no
+        heartbeat, no worker slot); the last child's end queues this job again, in the
+        same transaction as that child's commit, and the call, run again from the top,
+        gets here with its earlier steps replayed. The rows are recorded as a step
+        (``name``, default ``wait#n``), so later calls read them from the checkpoint
+        even once the children were pruned. WaitTimeout if they did not all end within
+        ``timeout`` seconds of the wait."""
+        ids = _child_ids(children)
+        full, checkpoints = self._begin_step(*self._default_name(name, "wait"), "wait")
+        if len(full) > WAIT_NAME_MAX:
+            raise PolicyError(f"a wait's name is at most {WAIT_NAME_MAX} characters")
+        found, value = await checkpoints.lookup(full)
+        if found:
+            return [job_of_record(record) for record in value]
+        rows = await checkpoints.children(ids)
+        missing = [i for i in ids if i not in rows]
+        if missing:
+            raise PolicyError(f"jobs {missing} are not children of job {self.job_id}")
+        pending = tuple(i for i in ids if not rows[i].done)
+        if not pending:
+            records = [job_record(rows[i]) for i in ids]
+            await checkpoints.record(full, records, 0.0, "wait", {"children": len(ids)})
+            return [rows[i] for i in ids]
+        seen = self._waitpoints or {}
+        round_ = next(n for n in range(1, 10**6) if f"{full}~{n}" not in seen)
+        if (seen.get(f"{full}~{round_ - 1}") or {}).get("timed_out"):
+            raise WaitTimeout(f"children {list(pending)} did not end within {timeout:g} s")
+        wait = self._internal_waitpoint(f"{full}~{round_}", timeout, "children", pending)
+        raise Suspend(wait, None)
+
+    def wait_for_sync(
+        self, *children: int, name: str | None = None, timeout: float = DAY
+    ) -> list[Job]:
+        """`wait_for` for a threaded tool."""
+        run = self._open_checkpoints().steps.run
+        return run(self.wait_for(*children, name=name, timeout=timeout))
+
+    def _default_name(self, name: str | None, base: str) -> tuple[str, int | None]:
+        """``(name, None)`` as given, else ``(base, n)``: the n-th default of this call."""
+        if name is not None:
+            return name, None
+        with self._names_lock:
+            n = self._counters.get(base, 0)
+            self._counters[base] = n + 1
+        return base, n
+
+    def _wait_name(self, name: str | None, base: str) -> str:
+        """A sleep's name, claimed among this call's step names (a sleep records no step)."""
+        full = step_name(*self._default_name(name, base))
+        if len(full) > WAIT_NAME_MAX:
+            raise PolicyError(f"a wait's name is at most {WAIT_NAME_MAX} characters")
+        with self._names_lock:
+            if full in self._named:
+                raise PolicyError(f"{full!r} was already used in this job: names are unique")
+            self._named.add(full)
+        return full
+
+    def _internal_waitpoint(
+        self, name: str, seconds: float, kind: WaitKind, children: tuple[int, ...]
+    ) -> Waitpoint:
+        if self._waitpoint_secret is None:
+            raise ConfigError("this context has no waitpoint secret (not run by a worker)")
+        # The row needs a token (its hash is the waitpoints' lookup key), derived like any
+        # waitpoint's; it answers nothing: complete_waitpoint ends only kind 'answer', and
+        # this one is answered by nobody (its deadline, or its children, end it).
+        token = derive_token(self._waitpoint_secret, self.job_id, name)
+        return Waitpoint(
+            name, token, seconds, "resume", answered_by="nobody", kind=kind, children=children
+        )
+
+    def _begin_step(self, name: str, index: int | None, kind: StepKind) -> tuple[str, Checkpoints]:
+        """The step's recorded name, claimed for this attempt, and the attempt's steps."""
+        if kind not in STEP_KINDS:
+            raise PolicyError(f"a step's kind is one of {', '.join(STEP_KINDS)}, got {kind!r}")
+        full = step_name(name, index)
+        with self._names_lock:
+            if full in self._named:
+                raise PolicyError(
+                    f"step {full!r} was already used in this job: step names are unique "
+                    "(give each repetition its own index=...)"
+                )
+            self._named.add(full)
+        return full, self._open_checkpoints()
+
+    def _open_checkpoints(self) -> Checkpoints:
+        with self._names_lock:
+            if self._checkpoints is None:
+                if self._steps is None:
+                    raise ConfigError("this context has no steps (not run by a worker)")
+                self._checkpoints = self._steps.checkpoints(
+                    self.job_id, self.token, self._ownership
+                )
+            return self._checkpoints
 
     def ensure_owned(self, margin: float | None = None) -> None:
         """Raise LeaseLost, OwnershipUnknown or JobCancelled unless an irreversible step

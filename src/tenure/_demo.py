@@ -18,7 +18,6 @@ embedded PostgreSQL.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import importlib.util
 import json
@@ -131,6 +130,8 @@ class _Demo:
     and the report. Nothing starts before `start`, so whoever made it can register
     `close` first: a signal while the workers start leaves none behind."""
 
+    worker_app = "tenure._demo_app:app"
+
     def __init__(self, dsn: str, receiver: _Receiver, jobs: int, workers: int) -> None:
         self.dsn = dsn
         self.receiver = receiver
@@ -141,11 +142,14 @@ class _Demo:
         self.started = time.monotonic()
         self.extra_jobs = 0  # the staged moments' own jobs
         self.extra_effects = 0  # and how many of them apply a side effect
+        self.ops: App = self.producer()
+        self.ops.set_dsn(dsn)
+        self._closed = False
+
+    def producer(self) -> App:
         from ._demo_app import app
 
-        app.set_dsn(dsn)
-        self.ops: App = app
-        self._closed = False
+        return app
 
     def start(self) -> None:
         for _ in range(self.workers):
@@ -160,7 +164,7 @@ class _Demo:
             "--log-level",
             "WARNING",
             "worker",
-            "tenure._demo_app:app",
+            self.worker_app,
             "--concurrency",
             "4",
             "--grace",
@@ -612,8 +616,9 @@ def _setting(
 
 
 def run_agent_demo(*, workers: int = 3, linger: float = 0.0, dsn: str | None = None) -> int:
-    """`tenure demo --agent`: the pydantic-ai agent of tenure.examples.agent, whose tool call
-    outlives a worker SIGKILLed in the middle of it; needs the pydantic-ai extra."""
+    """`tenure demo --agent`: the durable pydantic-ai agent of tenure.examples.agent, its
+    run's worker SIGKILLed in the middle of the run and its tool's in the middle of the
+    call; needs the pydantic-ai extra."""
     if not 2 <= workers <= 16:
         print("tenure: error: the agent demo needs 2-16 workers", file=sys.stderr)
         return 2
@@ -625,7 +630,7 @@ def run_agent_demo(*, workers: int = 3, linger: float = 0.0, dsn: str | None = N
     with _cleanup() as cleanup:
         dsn, receiver, scratch = _setting(cleanup, dsn, DEMO_DB, RECEIVER_DB, "receiver")
         url = _dashboard(cleanup, dsn)
-        demo = _AgentDemo(dsn, receiver, scratch / "conversation.json", workers)
+        demo = _AgentDemo(dsn, receiver, scratch / "model-calls.txt", workers)
         cleanup.callback(demo.close)
         demo.start()
         code = demo.run()
@@ -636,73 +641,117 @@ def run_agent_demo(*, workers: int = 3, linger: float = 0.0, dsn: str | None = N
 
 
 class _AgentDemo(_Demo):
-    """The demo's workers and receiver, with one agent conversation instead of a batch.
+    """The demo's workers and receiver, running the durable agent twice: once left alone,
+    once with its run's worker SIGKILLed in the middle of the run (a function tool under
+    way) and the worker of its tool's child job SIGKILLed in the middle of the call."""
 
-    The agent (tenure.examples.agent) runs on its own event loop in a thread, as an agent
-    service's request handler would; the demo SIGKILLs the worker that holds its call.
-    """
+    worker_app = "tenure._demo_agent_app:app"
+    PROMPT = "Customer c-4711 reports an invoice discrepancy."
 
-    CONVERSATION = "chat-demo-1"
-
-    def __init__(self, dsn: str, receiver: _Receiver, history: Path, workers: int) -> None:
+    def __init__(self, dsn: str, receiver: _Receiver, answers: Path, workers: int) -> None:
+        self.answers_file = answers
         super().__init__(dsn, receiver, 0, workers)
-        self.history = history
-        self.answers: list[str] = []
-        self.failure: BaseException | None = None
+        self.killed: list[str] = []
 
-    def calls(self) -> list[Job]:
-        return self.ops.list_jobs_sync(tool="create_case")
+    def producer(self) -> App:
+        from ._demo_agent_app import app
 
-    def held(self) -> list[Job]:
-        return [j for j in self.calls() if j.state == "running" and j.owner in self.procs]
+        return app
 
-    def converse(self) -> None:
-        from .examples.agent import build_agent, converse
+    def spawn(self) -> str:
+        self.env["TENURE_DEMO_NOTES"] = str(self.answers_file)  # the model notes its answers
+        return super().spawn()
 
-        async def talk() -> None:
-            try:
-                agent = build_agent(self.ops)
-                self.answers.append(await converse(agent, self.CONVERSATION, self.history))
-            finally:
-                await self.ops.aclose()
+    def model_answers(self, job: Job) -> int:
+        if not self.answers_file.exists():
+            return 0
+        lines = self.answers_file.read_text(encoding="utf-8").splitlines()
+        return sum(1 for line in lines if line.split()[1:2] == [str(job.id)])
 
-        try:
-            asyncio.run(talk())
-        except Exception as exc:  # reported below, not lost in a thread
-            self.failure = exc
+    def model_steps(self, job: Job) -> int:
+        return sum(
+            1
+            for e in self.ops.events_sync(job.id)
+            if e["kind"] == "step_recorded" and e["detail"].get("kind") == "model"
+        )
+
+    def children(self, job: Job) -> list[Job]:
+        return [
+            j
+            for j in self.ops.list_jobs_sync(tool="create_case")
+            if j.idempotency_key.startswith(f"tool-job:{job.id}:")
+        ]
+
+    def reading(self, job: Job) -> bool:
+        """The run holds its lease with its first model step done: read_invoice is under way."""
+        now = self.ops.get_sync(job.id)
+        steps = {e["detail"].get("step") for e in self.ops.events_sync(job.id)}
+        return now.state == "running" and "model.1" in steps and "tool.1.0" not in steps
+
+    def kill(self, owner: str | None, what: str) -> None:
+        if owner in self.procs and self.procs[owner].poll() is None:
+            self.procs[owner].send_signal(signal.SIGKILL)
+            self.killed.append(owner)
+            self.say(f"SIGKILL {owner} {what}")
+            self.say(f"started {self.spawn()}")
 
     def run(self) -> int:
-        self.say(f"conversation {self.CONVERSATION}: the agent is asked about an invoice")
-        agent = threading.Thread(target=self.converse, name="agent", daemon=True)
-        agent.start()
-        if self.poll("a worker to hold the agent's tool call", lambda: bool(self.held()), 20):
-            job = self.held()[0]
-            self.say(f"the agent called create_case: job {job.id}, key {job.idempotency_key}")
-            self.procs[job.owner or ""].send_signal(signal.SIGKILL)
-            self.say(f"SIGKILL {job.owner} in the middle of the call (attempt {job.attempt})")
-            self.say(f"started {self.spawn()}; the call is taken over once its lease expires")
-        agent.join(DEADLINE)
-        return self.report()
+        self.say("run 1 (left alone): the agent is asked about an invoice")
+        alone = self.ops.enqueue_sync(
+            "agent:desk", {"prompt": self.PROMPT}, idempotency_key="demo:alone"
+        )
+        self.poll("run 1 to end", lambda: self.ops.get_sync(alone.id).done, DEADLINE)
+        self.say("run 2: the same question; its workers will be killed")
+        run = self.ops.enqueue_sync(
+            "agent:desk", {"prompt": self.PROMPT}, idempotency_key="demo:interrupted"
+        )
+        if self.poll("run 2 to be reading the invoice", lambda: self.reading(run), 20):
+            owner = self.ops.get_sync(run.id).owner
+            self.kill(owner, f"in the middle of run 2 (job {run.id}, read_invoice under way)")
 
-    def report(self) -> int:
-        jobs = self.calls()
+        def running() -> list[Job]:
+            return [c for c in self.children(run) if c.state == "running"]
+
+        if self.poll("run 2's create_case to be under way", lambda: bool(running()), DEADLINE):
+            child = running()[0]
+            self.kill(child.owner, f"in the middle of create_case (job {child.id})")
+        self.poll("run 2 to end", lambda: self.ops.get_sync(run.id).done, DEADLINE)
+        return self.report_runs(self.ops.get_sync(alone.id), self.ops.get_sync(run.id))
+
+    def report_runs(self, alone: Job, run: Job) -> int:
+        children = self.children(run)
         applied, doubled = self.receiver.effects()
-        job = jobs[0] if len(jobs) == 1 else None
+        answers, steps = self.model_answers(run), self.model_steps(run)
+        jobs = ", ".join(f"{c.state}, attempt {c.attempt}" for c in children)
         lines = [
-            ("answers the agent gave", len(self.answers)),
-            ("its answer", self.answers[0] if self.answers else f"none ({self.failure!r})"),
-            ("jobs for its tool call", len(jobs)),
-            ("that job", f"{job.state}, attempt {job.attempt}" if job else "-"),
-            ("cases the receiver opened", applied),
+            ("run 1 (left alone) answered", alone.result),
+            ("run 2 (workers killed) answered", run.result),
+            ("workers SIGKILLed during run 2", ", ".join(self.killed) or "none"),
+            ("run 2: model calls / model steps", f"{answers} / {steps}"),
+            ("run 2: create_case jobs", f"{len(children)} ({jobs})"),
+            ("cases the receiver opened (2 runs)", applied),
             ("duplicate side effects applied", doubled),
         ]
         print("\n== tenure demo --agent report ==")
         for label, value in lines:
-            print(f"  {label:<34} {value}")
-        ok = len(self.answers) == 1 and job is not None and job.state == "succeeded"
-        ok = ok and applied == 1 and doubled == 0
+            print(f"  {label:<38} {value}")
+        ok = (
+            alone.state == run.state == "succeeded"
+            and run.result == alone.result
+            and answers == steps == 3
+            and len(children) == 1
+            and children[0].state == "succeeded"
+            and applied == 2
+            and doubled == 0
+            and len(self.killed) == 2
+        )
         print(
             "  verdict: "
-            + ("the agent got one answer, the receiver saw one effect" if ok else "NOT OK")
+            + (
+                "model calls = steps, one effect per tool call, the same answer as the run "
+                "left alone"
+                if ok
+                else "NOT OK"
+            )
         )
         return 0 if ok else 1

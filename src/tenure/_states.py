@@ -27,9 +27,11 @@ OnTimeout = Literal["resume", "fail"]
 """What a waitpoint nobody answered in time does: resume the call with a timeout, or fail
 the job."""
 
-Answerer = Literal["holder", "caller"]
+Answerer = Literal["holder", "caller", "nobody"]
 """Who may answer a waitpoint: whoever holds its token (a person, a service: the default),
-or the job's caller too (an MCP client, asked by elicitation)."""
+or the job's caller too (an MCP client, asked by elicitation); ``nobody`` for a durable
+sleep or a wait for child jobs (`Context.sleep`, `Context.wait_for`), which only their
+deadline or their children end. A tool declares one of the first two."""
 
 TransitionMode = Literal["none", "commit", "adopt"]
 """What decides a pipeline transition: nothing (a start or re-dispatch), the stage's job

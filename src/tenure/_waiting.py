@@ -233,6 +233,24 @@ class Waiters:
         finally:
             self._unsubscribe(subscription)
 
+    async def wakeups(self, job_ids: Iterable[int], deadline: Deadline) -> AsyncIterator[None]:
+        """Yield at once, then each time a notification names one of the jobs (its end, or
+        anything it reports: this follows progress too; without notifications, every
+        interval), until the caller stops; WaitTimeout past the ``deadline``. For a caller
+        that reads more than a job's status each time (`App.watch_run`), through `reread`."""
+        subscription = self._subscribe(job_ids, True)
+        self._listener.start()
+        try:
+            while True:
+                subscription.woken.clear()
+                yield
+                if not await self._sleep(subscription, self._interval(), deadline):
+                    raise WaitTimeout(
+                        f"job {min(subscription.ids)} still runs after {deadline.timeout:g} s"
+                    )
+        finally:
+            self._unsubscribe(subscription)
+
     @staticmethod
     async def _sleep(subscription: Subscription, wait: float, deadline: Deadline) -> bool:
         """Until ``subscription`` is woken, or ``wait`` seconds, or the ``deadline``; False

@@ -50,6 +50,7 @@ from ._states import Answerer, OnTimeout
 MIN_TIMEOUT = 1.0
 MAX_TIMEOUT = 365 * 24 * 3600.0
 NAME_MAX = 100
+WaitKind = Literal["answer", "sleep", "children"]
 TOKEN_PREFIX = "wp_"  # noqa: S105 - a prefix that says what a token is, not a secret
 MAX_SCHEMA_BYTES = 64 * 1024  # of a declared answer type's JSON Schema
 MAX_FORM_ANSWER_BYTES = 64 * 1024  # of an answer given through a form
@@ -79,6 +80,11 @@ class Waitpoint:
     answer: Any = None
     answered_by: Answerer = "holder"
     answer_schema: dict[str, Any] | None = None  # of the declared answer type (None: any JSON)
+    # 'answer' (a person, a webhook); 'sleep' and 'children' are made by ctx.sleep and
+    # ctx.wait_for (answered_by 'nobody'): only the deadline, or the end of the child jobs in
+    # ``children``, resumes it.
+    kind: WaitKind = "answer"
+    children: tuple[int, ...] = ()
 
     @property
     def pending(self) -> bool:
@@ -94,9 +100,11 @@ class Waitpoint:
 
 
 class Suspend(BaseException):
-    """Raised by `Context.suspend` to end the attempt in the waiting state.
+    """Raised by `Context.suspend`, `Context.sleep` and `Context.wait_for` to end the attempt
+    in the waiting state; the worker commits the wait when it reaches the tool's caller.
 
-    A BaseException, so that a tool's own ``except Exception`` cannot swallow it.
+    A BaseException, so that a tool's own ``except Exception`` cannot swallow it; code that
+    catches everything (a framework running the tool) must let it through.
     """
 
     def __init__(self, waitpoint: Waitpoint, request_json: str | None) -> None:

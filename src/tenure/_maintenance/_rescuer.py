@@ -14,6 +14,11 @@ batch of leases, one per run), every statement under ``statement_timeout``:
   any, and failed otherwise.
 - An outbox delivery that failed (every attempt used up) is sent again, the
   same job under the same idempotency key, once it has rested ``resend_after``.
+- A waitpoint past its deadline (a person who never answered, a durable sleep that is
+  over, a wait for child jobs that took too long) resumes or fails its job.
+- Every ``children_sweep`` seconds, the backstop of ``ctx.wait_for``: an open wait for
+  child jobs none of which is still going (each child's end answers it in its own
+  transaction; this catches a child that never ended, deleted by hand) resumes its job.
 
 Expired leases with attempts left are deliberately not touched: the claim
 statement takes them directly (expired first) and journals each take-over as a
@@ -36,6 +41,8 @@ set with the statement timeout), which releases its locks.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -58,6 +65,7 @@ class RescuerConfig:
     run_batch: int = 100
     statement_timeout: float = 5.0
     resend_after: float = 30.0
+    children_sweep: float = 30.0
 
     def __post_init__(self) -> None:
         check_ranges(
@@ -68,6 +76,7 @@ class RescuerConfig:
                 ("run_batch", self.run_batch, 1, 10_000),
                 ("statement_timeout", self.statement_timeout, 0.1, 600),
                 ("resend_after", self.resend_after, 0, 7 * 24 * 3600),
+                ("children_sweep", self.children_sweep, 0.05, 24 * 3600),
             ),
         )
 
@@ -82,6 +91,7 @@ class RescueReport:
     resent: int = 0  # outbox deliveries sent again
     ended: int = 0  # runs failed for want of any open stage
     timed_out: tuple[int, ...] = ()  # jobs whose waitpoint's deadline passed (resumed or failed)
+    resumed: tuple[int, ...] = ()  # children waits answered by the backstop sweep
 
     @property
     def acted(self) -> bool:
@@ -92,6 +102,7 @@ class RescueReport:
             or self.resent
             or self.ended
             or self.timed_out
+            or self.resumed
         )
 
 
@@ -107,6 +118,7 @@ class Rescuer(Service):
         self.config = config or RescuerConfig()
         self._store = store
         self._transitions = Transitions(store, timeout=self.config.statement_timeout)
+        self._children_swept = -math.inf  # monotonic; the first sweep runs at start
 
     def pause(self) -> float:
         return self.config.interval
@@ -121,6 +133,10 @@ class Rescuer(Service):
             timed_out += batch
             if len(batch) < self.config.batch:
                 break
+        resumed: list[int] = []
+        if time.monotonic() - self._children_swept >= self.config.children_sweep:
+            self._children_swept = time.monotonic()
+            resumed = await self._store.resume_children_waits(self.config.batch)
         for _ in range(MAX_BATCHES):
             jobs, runs, acted = await self._transitions.rescue(
                 leases=self.config.batch,
@@ -138,6 +154,7 @@ class Rescuer(Service):
             resent=counts["resent"],
             ended=counts["ended"],
             timed_out=tuple(timed_out),
+            resumed=tuple(resumed),
         )
         if report.acted:
             log_event(
@@ -149,5 +166,6 @@ class Rescuer(Service):
                 resent=report.resent,
                 ended=report.ended,
                 waitpoints_timed_out=len(report.timed_out),
+                waits_resumed=len(report.resumed),
             )
         return report

@@ -16,6 +16,8 @@ users see them through ``tenure.telemetry`` (``attach``, the catalogue `_events.
     _explorer   the dashboard's job explorer (/jobs): filters, pages, bulk results
     _picture    a job's ownership picture: each claim a bar on one time axis (SVG)
     _pipeline_graph  a pipeline run drawn as its graph, with each stage's rounds (SVG)
+    _run_page   a durable run's page (/runs): its steps and its tools' jobs on one time
+                axis (SVG), model usage, totals
     _dashboard  the dashboard's routes, sessions and CSRF
     _workers_page  the dashboard's workers page: alive, silent, stopped, leases held
     _queues_page   the dashboard's queues page: per tool and minute, in and out (SVG)

@@ -46,7 +46,7 @@ from .._payload import MAX_PAYLOAD_BYTES, decode
 from .._search import page_of
 from .._store import Store
 from .._waitpoint import answer_json, token_hash
-from . import _explorer, _pages, _picture, _queues_page, _workers_page
+from . import _explorer, _pages, _picture, _queues_page, _run_page, _workers_page
 from ._http import (
     HostCheck,
     MetricsState,
@@ -400,6 +400,28 @@ async def job_api(request: Request) -> Response:
         return JSONResponse({"error": "no such job"}, status_code=404)
 
 
+async def durable_run_page(request: Request) -> Response:
+    """A durable run's steps on one time axis, its tools' jobs, its totals (_run_page)."""
+    job_id = request.path_params["job_id"]
+    try:
+        fragments = await _run_page.run_fragments(_store(request), _job_id(request))
+    except JobNotFound:
+        return HTMLResponse(
+            _pages.page("not found", f"<p>No job {job_id}.</p>", poll="", interval=0, csrf=None),
+            status_code=404,
+        )
+    return _html(
+        request, f"run {job_id}", _run_page.run_body(job_id, fragments), f"/api/runs/{job_id}"
+    )
+
+
+async def durable_run_api(request: Request) -> Response:
+    try:
+        return JSONResponse(await _run_page.run_fragments(_store(request), _job_id(request)))
+    except JobNotFound:
+        return JSONResponse({"error": "no such job"}, status_code=404)
+
+
 async def _cancel(store: Store, job_id: int) -> str:
     if await store.cancel(job_id) is not None:
         return "cancelled"
@@ -642,6 +664,8 @@ def create_dashboard(
             Route("/pipelines/{run_id:int}", run_page),
             Route("/api/pipelines/{run_id:int}", run_api),
             Route("/jobs/{job_id:int}", job_page),
+            Route("/runs/{job_id:int}", durable_run_page),
+            Route("/api/runs/{job_id:int}", durable_run_api),
             Route("/api/jobs/{job_id:int}", job_api),
             Route("/jobs/{job_id:int}/{action}", job_action, methods=["POST"]),
             Route("/waitpoints/{token}", answer_waitpoint, methods=["POST"]),

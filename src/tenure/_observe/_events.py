@@ -198,15 +198,17 @@ _SPECS = (
         "suspended",
         "suspend_job statement (the call's fenced commit)",
         "suspend_job",
-        "the call suspended at a waitpoint (detail waitpoint, timeout_ms, on_timeout): no "
+        "the call suspended at a waitpoint (detail waitpoint, kind: answer, sleep or "
+        "children, timeout_ms, on_timeout; reopened: true when a retry opened it again): no "
         "lease, no slot while it waits. duration_ms: how long the attempt ran",
     ),
     EventSpec(
         "waitpoint_answered",
         "complete_waitpoint statement (App.complete_waitpoint, the dashboard's endpoint)",
         "complete_waitpoint",
-        "a waitpoint was answered and its job queued again (detail waitpoint; never the "
-        "answer). duration_ms: how long it waited",
+        "a waitpoint was answered and its job queued again (detail waitpoint; kind children "
+        "when its child jobs' end answered it; never the answer). duration_ms: how long it "
+        "waited",
     ),
     EventSpec(
         "waitpoint_timed_out",
@@ -214,6 +216,21 @@ _SPECS = (
         "expire_waitpoints",
         "a waitpoint's deadline passed: its job was queued again or failed (detail then). "
         "duration_ms: how long it waited",
+    ),
+    EventSpec(
+        "step_recorded",
+        "record_step statement (ctx.step, under the job's token)",
+        "record_step",
+        "a fenced step completed and its checkpoint was recorded (detail step, kind; never "
+        "its result): a later attempt replays it instead of running it. duration_ms: how "
+        "long the step ran",
+    ),
+    EventSpec(
+        "step_rejected",
+        "worker",
+        "writer",
+        "a step's checkpoint matched zero rows (a newer owner holds the job): its result "
+        "was not recorded and the attempt stopped (detail step)",
     ),
     EventSpec(
         "retry_requested",
@@ -319,7 +336,13 @@ EVENTS: MappingProxyType[str, EventSpec] = MappingProxyType({s.kind: s for s in 
 
 # What the journal writer writes; the other journaled kinds are written by their statement.
 WRITER_KINDS = frozenset(
-    {"ownership_unknown", "tool_request_started", "stale_fence_rejected", "result_discarded"}
+    {
+        "ownership_unknown",
+        "tool_request_started",
+        "stale_fence_rejected",
+        "result_discarded",
+        "step_rejected",
+    }
 )
 
 # The dashboard's ownership feed (these match the partial index tenure_events_notable).

@@ -351,7 +351,9 @@ def job_page(job_id: int, fragments: Mapping[str, str], notice: str | None) -> s
     flash = f'<p class="notice">{h(notice)}</p>' if notice else ""
     return (
         f"{flash}<section><h2>Job {job_id}</h2>"
-        f'<div id="summary">{fragments["summary"]}</div></section>'
+        f'<div id="summary">{fragments["summary"]}</div>'
+        f'<p class="hint"><a href="/runs/{job_id}">its steps</a> (a durable run, or a tool '
+        "that records steps)</p></section>"
         '<section><h2>Ownership</h2><p class="hint">each claim as a bar on one time axis '
         "(database clock): who held the lease, under which token, until what ended it</p>"
         f'<div id="picture">{fragments["picture"]}</div>{picture_legend()}</section>'

@@ -142,6 +142,19 @@ def _span(job: Mapping[str, Any], lanes: Sequence[Lane]) -> tuple[datetime, date
     return first, last
 
 
+def time_axis(left: float, plot: float, top: int, height: int, total: float) -> str:
+    """The ticks of a time axis from +0 to +``total`` seconds (the run page's too)."""
+    parts = []
+    for i in range(TICKS + 1):
+        at = left + plot * i / TICKS
+        parts.append(
+            f'<line class="tick" x1="{at:.1f}" y1="{top - 6}" x2="{at:.1f}" y2="{height}"></line>'
+            f'<text class="axis" x="{at:.1f}" y="{top - 10}" text-anchor="middle">'
+            f"+{h(seconds(total * i / TICKS))}</text>"
+        )
+    return "".join(parts)
+
+
 def picture(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> str:
     """The SVG (or a line saying there is nothing to draw yet)."""
     lanes = lanes_of(job, events)
@@ -184,13 +197,7 @@ def picture(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> str:
         f'<svg class="ownership" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
         f'height="{height}" role="img" aria-label="ownership of job {h(job["id"])} over time">'
     ]
-    for i in range(TICKS + 1):
-        at = LABEL + plot * i / TICKS
-        parts.append(
-            f'<line class="tick" x1="{at:.1f}" y1="{TOP - 6}" x2="{at:.1f}" y2="{height}"></line>'
-            f'<text class="axis" x="{at:.1f}" y="{TOP - 10}" text-anchor="middle">'
-            f"+{h(seconds(total * i / TICKS))}</text>"
-        )
+    parts.append(time_axis(LABEL, plot, TOP, height, total))
     for row, lane in enumerate(lanes):
         parts.append(_lane(lane, tops[row], x, now, job, places[row], numbers, row))
     parts.append("</svg>")

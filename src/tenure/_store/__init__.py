@@ -8,6 +8,7 @@ Module map (data flows top to bottom):
     _base         StoreBase: one pool, one way to run a named statement
     _jobs         enqueue, claim, the fenced commit, operators' reads and actions
     _waitpoints   suspend, answer, expire
+    _steps        fenced steps: a job's checkpoints, read and recorded under its token
     _maintenance  schedules, the job pruner, planner statistics
     _journal      the journal writer's batches and what operators read
     _runs         pipeline runs and the transaction that moves one on
@@ -18,8 +19,8 @@ Module map (data flows top to bottom):
     _queries      the .sql files' parser: ``-- name:`` statements, loaded once
     _migrate      plain-SQL migrations (migrations/*.sql)
 
-    queries/      every statement, named: jobs, waitpoints, maintenance, observe, pipeline,
-                  workers
+    queries/      every statement, named: jobs, waitpoints, steps, maintenance, observe,
+                  pipeline, workers
     migrations/   0001_jobs.sql ...: the only way tenure's tables are made
     schema.sql    what the migrations add up to, for reading (a test keeps it equal)
 
@@ -45,6 +46,7 @@ from ._listener import Listener
 from ._rows import (
     AppliedMigration,
     Cancellation,
+    ChildRow,
     ClaimedJob,
     EventQuery,
     Extension,
@@ -59,6 +61,7 @@ from ._rows import (
     JournalRow,
     NewJob,
     NewStage,
+    NewStep,
     OpenWaitpoint,
     OpenWaitpointRow,
     OutcomeBucket,
@@ -70,6 +73,7 @@ from ._rows import (
     RunSummary,
     ServerInfo,
     StageRow,
+    StepRow,
     StopCheck,
     TableIndex,
     Transition,
@@ -89,6 +93,7 @@ __all__ = [
     "RULES",
     "AppliedMigration",
     "Cancellation",
+    "ChildRow",
     "ClaimedJob",
     "EventQuery",
     "Extension",
@@ -105,6 +110,7 @@ __all__ = [
     "Listener",
     "NewJob",
     "NewStage",
+    "NewStep",
     "OpenWaitpoint",
     "OpenWaitpointRow",
     "OutcomeBucket",
@@ -118,6 +124,7 @@ __all__ = [
     "RunningSummary",
     "ServerInfo",
     "StageRow",
+    "StepRow",
     "StopCheck",
     "Store",
     "TableIndex",

@@ -67,6 +67,23 @@ async def try_analyze(conn: psycopg.AsyncConnection[Any]) -> bool:
     return True
 
 
+def enqueued(job: NewJob, rows: list[dict[str, Any]]) -> Job:
+    """The job an enqueue created or found under its key (``rows``: what `enqueue`, else
+    `job_by_key`, returned); IdempotencyConflict when the key names another call."""
+    if not rows:
+        raise JobNotFound(f"job with idempotency key {job.key!r} vanished during enqueue")
+    found = Job.from_row(rows[0])
+    if not found.created and (
+        rows[0]["tool"] != job.tool or rows[0]["payload_hash"] != job.payload_hash
+    ):
+        raise IdempotencyConflict(
+            f"idempotency key {job.key!r} already names job {found.id} "
+            f"({rows[0]['tool']}) with a different "
+            + ("tool" if rows[0]["tool"] != job.tool else "payload")
+        )
+    return found
+
+
 def _bulk_outcome(
     jobs: Sequence[NewJob], new: dict[str, int], found: dict[str, dict[str, Any]]
 ) -> list[Enqueued]:
@@ -113,18 +130,7 @@ class JobStatements(StoreBase):
             # The key is taken. Our statement's snapshot may predate the winner's
             # commit, so read it again with a fresh one.
             rows = await self._fetch("job_by_key", {"key": job.key, "tenant": job.tenant})
-        if not rows:
-            raise JobNotFound(f"job with idempotency key {job.key!r} vanished during enqueue")
-        found = Job.from_row(rows[0])
-        if not found.created and (
-            rows[0]["tool"] != job.tool or rows[0]["payload_hash"] != job.payload_hash
-        ):
-            raise IdempotencyConflict(
-                f"idempotency key {job.key!r} already names job {found.id} "
-                f"({rows[0]['tool']}) with a different "
-                + ("tool" if rows[0]["tool"] != job.tool else "payload")
-            )
-        return found
+        return enqueued(job, rows)
 
     async def enqueue_many(
         self, jobs: Sequence[NewJob], trace_context: dict[str, str] | None = None

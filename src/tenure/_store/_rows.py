@@ -44,6 +44,7 @@ class NewJob:
     retain_ms: int = 7 * 24 * 3600 * 1000  # kept this long once it ended (the key's window)
     # The producer's span as a W3C carrier (traceparent, tracestate); set by tenure.otel only.
     trace_context: dict[str, str] | None = None
+    parent_id: int | None = None  # the job that started this one with ctx.enqueue
 
     def params(self) -> dict[str, Any]:
         """The parameters of the `enqueue` statement."""
@@ -62,6 +63,7 @@ class NewJob:
             "quota": self.quota,
             "retain_ms": self.retain_ms,
             "trace_context": None if self.trace_context is None else Jsonb(self.trace_context),
+            "parent_id": self.parent_id,
         }
 
 
@@ -88,6 +90,7 @@ class ClaimedJob:
     run_after: datetime | None = None
     waitpoints: dict[str, Any] | None = None  # answered or timed out, by name
     trace_context: Any = None  # as the row holds it: read only by tenure.otel, which validates it
+    tenant: str = ""  # its children (ctx.enqueue) are queued in the same tenant
     # When the claim statement was sent on its connection (this process's monotonic clock):
     # the lease's local clock starts here, never earlier (not while waiting for a connection).
     sent_at: float = 0.0
@@ -121,8 +124,49 @@ class OpenWaitpoint:
     timeout_ms: int
     on_timeout: str
     request_json: str | None
-    answered_by: str = "holder"  # or "caller": who may answer it (migration 0020)
+    answered_by: str = "holder"  # "caller" or "nobody" (a sleep, children): 0020, 0022
     answer_schema_json: str | None = None  # the declared answer type's JSON Schema
+    kind: str = "answer"  # 'sleep': only its deadline; 'children': the jobs in waiting_on
+    waiting_on: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NewStep:
+    """One step's checkpoint to record under its job's token (queries/steps.sql)."""
+
+    job_id: int
+    token: int
+    name: str
+    result_json: str
+    duration_ms: int
+    kind: str = "step"
+    detail: dict[str, Any] | None = None
+
+
+class StepRow(TypedDict):
+    """A recorded step as a watcher sees it: never its result."""
+
+    name: str
+    kind: str
+    token: int
+    attempt: int
+    duration_ms: int
+    detail: dict[str, Any]
+    recorded_at: datetime
+
+
+class ChildRow(TypedDict):
+    """A job a run started (ctx.enqueue), as a watcher sees it: never its payload or result."""
+
+    id: int
+    tool: str
+    state: JobState
+    attempt: int
+    token: int
+    owner: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    code: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,8 +468,9 @@ class JobWaitpoint(TypedDict):
     request: Any
     created_at: datetime
     closed_at: datetime | None
-    answered_by: Answerer  # "holder" (of its token) or "caller" (the job's)
+    answered_by: Answerer  # "holder" (of its token), "caller" (the job's), or "nobody"
     answer_schema: dict[str, Any] | None  # the declared answer type's JSON Schema
+    kind: str  # answer, sleep or children (0022)
     seconds_left: float
 
 

@@ -2,7 +2,7 @@
 
 `Store` is every group of statements over one connection pool, each group a
 module of its own along the SQL files it runs (jobs, waitpoints, maintenance,
-the journal, runs, workers); `LeaseConnection` is the heartbeat thread's own synchronous
+the journal, runs, workers, steps); `LeaseConnection` is the heartbeat thread's own synchronous
 connection, kept apart on purpose so that a blocked event loop cannot stop
 heartbeats; `Listener` is the LISTEN connection. Typed parameters go in and
 frozen rows come out (`tenure._store._rows`); psycopg errors that mean "bad
@@ -15,6 +15,7 @@ from ._jobs import JobStatements
 from ._journal import JournalStatements
 from ._maintenance import MaintenanceStatements
 from ._runs import RunStatements
+from ._steps import StepStatements
 from ._waitpoints import WaitpointStatements
 from ._workers import WorkerStatements
 
@@ -22,6 +23,7 @@ from ._workers import WorkerStatements
 class Store(
     JobStatements,
     WaitpointStatements,
+    StepStatements,
     MaintenanceStatements,
     JournalStatements,
     RunStatements,

@@ -9,6 +9,7 @@ from .._job import Job
 from ._base import StoreBase
 from ._connection import (
     FINISH_TIMEOUT,
+    lost_connection,
 )
 from ._rows import (
     Finish,
@@ -34,33 +35,45 @@ class WaitpointStatements(StoreBase):
         return str(rows[0]["value"]).encode()
 
     async def suspend(self, owner: str, finish: Finish) -> bool:
-        """The fenced commit of a call that suspends; False: the lease was lost. A database
-        error is raised as its StoreError (the completer acts on its verdict)."""
+        """The fenced commit of a call that suspends; False: the lease was lost. A wait for
+        child jobs is committed by its own statement (suspend_for_children), which queues
+        the job again at once when every child had already ended. A database error is
+        raised as its StoreError (the completer acts on its verdict)."""
         wp = finish.waitpoint
         assert wp is not None
-        rows = await self._fetch_typed(
-            "suspend_job",
-            {
-                "id": finish.job_id,
-                "token": finish.token,
-                "owner": owner,
-                "name": wp.name,
-                "token_hash": wp.token_hash,
-                "timeout_ms": wp.timeout_ms,
-                "on_timeout": wp.on_timeout,
+        params = {
+            "id": finish.job_id,
+            "token": finish.token,
+            "owner": owner,
+            "name": wp.name,
+            "token_hash": wp.token_hash,
+            "timeout_ms": wp.timeout_ms,
+            "on_timeout": wp.on_timeout,
+            "progress": finish.progress_json,
+        }
+        if wp.kind == "children":
+            params["children"] = list(wp.waiting_on)
+            rows = await self._fetch_typed("suspend_for_children", params, FINISH_TIMEOUT)
+        else:
+            params |= {
                 "request": wp.request_json,
                 "answered_by": wp.answered_by,
                 "answer_schema": wp.answer_schema_json,
-                "progress": finish.progress_json,
-            },
-            FINISH_TIMEOUT,
-        )
+                "kind": wp.kind,
+            }
+            rows = await self._fetch_typed("suspend_job", params, FINISH_TIMEOUT)
         return bool(rows)
+
+    async def resume_children_waits(self, limit: int) -> list[int]:
+        """The backstop: answer open children waits none of whose children is still going."""
+        rows = await self._fetch("resume_children_waits", {"limit": limit})
+        return [int(row["id"]) for row in rows]
 
     async def complete_waitpoint(self, token_hash: str, answer_json: str) -> Job | None:
         """Answer an open waitpoint (compare-and-set); its job as the answer left it (queued
         again), or None when no open waitpoint has this token (unknown, answered, timed
-        out or cancelled). Database errors as StoreErrors (a read-only role's:
+        out or cancelled), or it is a sleep or a wait for children, which only their
+        deadline or their children end. Database errors as StoreErrors (a read-only role's:
         PermissionDenied)."""
         return await self._complete(
             {"token_hash": token_hash, "job_id": None, "name": None, "tenant": None}, answer_json
@@ -84,4 +97,7 @@ class WaitpointStatements(StoreBase):
         return [int(row["id"]) for row in await self._fetch("expire_waitpoints", {"limit": limit})]
 
     async def job_waitpoints(self, job_id: int) -> list[JobWaitpoint]:
-        return cast(list[JobWaitpoint], await self._fetch("job_waitpoints", {"job_id": job_id}))
+        """A job's waitpoints; ConnectionLost when the link breaks (a watcher reads again)."""
+        with lost_connection():
+            rows = await self._fetch("job_waitpoints", {"job_id": job_id})
+        return cast(list[JobWaitpoint], rows)

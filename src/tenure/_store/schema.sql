@@ -1,11 +1,11 @@
 -- tenure's schema as it stands after every migration, in one file, for reading.
 --
--- As of migration: 0020_waitpoint_answerers
+-- As of migration: 0022_waits
 --
 -- Nothing applies this file: `tenure migrate` runs migrations/*.sql in order, and that is
 -- the only way tenure's tables are made. This file is what those migrations add up to,
 -- written out once in dependency order with a short note on why each thing is there (the
--- migration that made it, 0001-0020, says more). Statements that migrations later replaced
+-- migration that made it, 0001-0022, says more). Statements that migrations later replaced
 -- are shown only in their current form: tenure_admit (0004, replaced in 0005), the claim
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
 -- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
@@ -168,6 +168,10 @@ CREATE TABLE tenure_jobs (
     -- instrumented, NULL otherwise. The claim hands it to the worker, which continues the
     -- trace after checking it (a malformed one is ignored, never an error).
     trace_context     jsonb,
+    -- (0022) The job that started this one with `ctx.enqueue` (NULL for everything else): its
+    -- end takes it out of the parent's children wait (tenure_child_ended below). No foreign
+    -- key: either may be pruned first.
+    parent_id         bigint,
     CONSTRAINT running_has_lease
         CHECK (state <> 'running' OR (owner IS NOT NULL AND lease_until IS NOT NULL)),
     CONSTRAINT concurrency_key_has_limit
@@ -214,6 +218,9 @@ CREATE INDEX tenure_jobs_created ON tenure_jobs (created_at, id)
 -- Idempotency keys belong to their tenant: two tenants may use the same key for different
 -- calls and never see each other's job. Pipeline stages keep their keys in tenant ''.
 CREATE UNIQUE INDEX tenure_jobs_tenant_key ON tenure_jobs (tenant, idempotency_key);
+
+-- (0022) A run's children, for the run page; only children are in it.
+CREATE INDEX tenure_jobs_parent ON tenure_jobs (parent_id) WHERE parent_id IS NOT NULL;
 
 -- The job pruner walks each of its tools' expired jobs in prune_after order.
 CREATE INDEX tenure_jobs_prune ON tenure_jobs (tool, prune_after)
@@ -552,13 +559,101 @@ CREATE TABLE tenure_waitpoints (
     closed_at   timestamptz,
     -- (0020) who may answer: 'holder' of the token (a person, a service), or the job's
     -- 'caller' (an MCP client, asked by elicitation); and its answer's JSON Schema, if declared.
-    answered_by text        NOT NULL DEFAULT 'holder' CHECK (answered_by IN ('holder', 'caller')),
+    -- (0022) widened by 'nobody': a sleep or a wait for children, which no one answers.
+    answered_by text        NOT NULL DEFAULT 'holder'
+                CHECK (answered_by IN ('holder', 'caller', 'nobody')),
     answer_schema jsonb,
+    -- (0022) What it waits for: an answer (a person, a webhook), only its deadline (a durable
+    -- sleep, `ctx.sleep`) or child jobs (`ctx.wait_for`); `waiting_on`: the children that
+    -- have not ended yet.
+    kind        text        NOT NULL DEFAULT 'answer'
+                CHECK (kind IN ('answer', 'sleep', 'children')),
+    waiting_on  bigint[],
+    -- (0022) Only an answer waitpoint is answered by someone; sleeps and children waits by
+    -- nobody (complete_waitpoint answers kind 'answer' only).
+    CONSTRAINT tenure_waitpoints_answerable CHECK ((kind = 'answer') = (answered_by <> 'nobody')),
     UNIQUE (job_id, name)
 );
 
 -- The rescuer finds expired waitpoints from here; answering goes by token_hash.
 CREATE INDEX tenure_waitpoints_deadline ON tenure_waitpoints (deadline) WHERE state = 'open';
+
+-- (0022) The backstop sweep's look at children waits (resume_children_waits).
+CREATE INDEX tenure_waitpoints_children ON tenure_waitpoints (id)
+    WHERE state = 'open' AND kind = 'children';
+
+-- (0022) A child that ended leaves its parent's open children waits; the wait with no child
+-- left is answered and the parent queued again (its attempt refunded, as an answer does), in
+-- the ending statement's transaction, whichever statement ends the child (a commit, a
+-- cancel, the rescuer, a stage transition). The waitpoint's row lock orders two children
+-- ending at once; the parent's suspension (suspend_for_children) locks its children FOR SHARE
+-- before deciding, so a child ending meanwhile is either seen ended there or finds the wait.
+CREATE FUNCTION tenure_child_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    w record;
+BEGIN
+    PERFORM pg_notify('tenure_progress', NEW.parent_id::text);  -- the parent's watchers look
+    FOR w IN
+        UPDATE tenure_waitpoints p
+        SET waiting_on = array_remove(p.waiting_on, NEW.id)
+        WHERE p.job_id = NEW.parent_id
+          AND p.kind = 'children'
+          AND p.state = 'open'
+          AND NEW.id = ANY(p.waiting_on)
+        RETURNING p.id, p.name, p.token, p.waiting_on, p.created_at
+    LOOP
+        CONTINUE WHEN cardinality(w.waiting_on) > 0;
+        PERFORM tenure_resume_children_wait(w.id, w.name, w.token, w.created_at);
+    END LOOP;
+    RETURN NULL;
+END;
+$$;
+
+-- (0022) Answer one children wait whose children all ended and queue its job again, if the
+-- job still waits there under the token it suspended with (the trigger above, the sweep),
+-- and only before its deadline on the database's clock, like any answer; past it the
+-- rescuer's expire_waitpoints ends the wait.
+CREATE FUNCTION tenure_resume_children_wait(p_wait bigint, p_name text, p_token bigint,
+                                            p_created timestamptz) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_job record;
+BEGIN
+    UPDATE tenure_waitpoints SET state = 'answered', closed_at = clock_timestamp()
+    WHERE id = p_wait AND state = 'open' AND deadline > clock_timestamp();
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE tenure_jobs j
+    SET state = 'queued',
+        attempt = j.attempt - 1,
+        run_after = clock_timestamp(),
+        updated_at = clock_timestamp(),
+        waitpoints = coalesce(j.waitpoints, '{}'::jsonb)
+            || jsonb_build_object(p_name, jsonb_build_object(
+                   'answer', NULL, 'timed_out', false, 'at', clock_timestamp()))
+    FROM tenure_waitpoints w
+    WHERE w.id = p_wait AND j.id = w.job_id AND j.state = 'waiting' AND j.token = p_token
+    RETURNING j.id, j.tool, j.token, j.attempt, j.payload_hmac INTO v_job;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
+                               duration_ms, payload_hmac)
+    VALUES ('waitpoint_answered', v_job.id, v_job.token, v_job.attempt, NULL, v_job.tool,
+            jsonb_build_object('waitpoint', p_name, 'kind', 'children'), NULL,
+            (extract(epoch FROM clock_timestamp() - p_created) * 1000)::bigint,
+            v_job.payload_hmac);
+    RETURN true;
+END;
+$$;
+
+CREATE TRIGGER tenure_jobs_child_ended AFTER UPDATE OF state ON tenure_jobs
+    FOR EACH ROW
+    WHEN (NEW.parent_id IS NOT NULL
+          AND NEW.state IN ('succeeded', 'failed', 'cancelled')
+          AND OLD.state IS DISTINCT FROM NEW.state)
+    EXECUTE FUNCTION tenure_child_ended();
 
 -- Secrets this database keeps for tenure: the key waitpoint tokens (and MCP task ids) are
 -- derived with, drawn once by migration 0008 from PostgreSQL's strong random source.
@@ -575,6 +670,31 @@ VALUES ('waitpoint', replace(gen_random_uuid()::text || gen_random_uuid()::text,
 ALTER TABLE tenure_secrets ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenure_secrets_writers ON tenure_secrets FOR SELECT
     USING (has_table_privilege('tenure_jobs'::regclass, 'UPDATE'));
+
+
+-- == Steps ==================================================================================
+
+-- (0021) Fenced steps inside a job (`ctx.step`): one row per completed step, by name, written
+-- under the job's fencing token with the same predicate as a commit (record_step), so a stale
+-- owner records nothing. A tool called again from the top (after a crash, a takeover or a
+-- suspension) replays what it already did from here instead of doing it again. `result` is the
+-- step's JSON value (the tool's own data, never journaled); `detail` is what the run page
+-- shows (the kind of work, a model's usage, a tool's name, a child job), small and
+-- content-free. Rows go with their job (the job pruner's delete cascades).
+CREATE TABLE tenure_steps (
+    job_id       bigint      NOT NULL REFERENCES tenure_jobs (id) ON DELETE CASCADE,
+    name         text        NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
+    kind         text        NOT NULL DEFAULT 'step'
+                 CHECK (kind IN ('step', 'model', 'tool', 'start', 'wait')),
+    result       jsonb       NOT NULL,
+    token        bigint      NOT NULL,
+    attempt      integer     NOT NULL CHECK (attempt >= 1),
+    duration_ms  bigint      NOT NULL CHECK (duration_ms >= 0),
+    detail       jsonb       NOT NULL DEFAULT '{}'::jsonb
+                 CHECK (jsonb_typeof(detail) = 'object' AND octet_length(detail::text) <= 2048),
+    recorded_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (job_id, name)
+);
 
 
 -- == Workers =================================================================================

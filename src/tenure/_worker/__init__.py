@@ -12,6 +12,8 @@ Module map (a job passes through them top to bottom):
                 own), enforces the time limit, turns what happened into an outcome
     _completer  Completer: fenced commits, batched; a stage's outcome goes through its
                 run's transition (tenure._pipeline._engine) instead
+    _steps      Steps: a job's fenced steps (ctx.step), read once per attempt and each
+                recorded under its token; a threaded tool's steps go through the loop
 
 A tool's `Context` (tenure._context) is built here, per claim. ARCHITECTURE.md, at the
 repository's root, draws the threads and the life of a job.

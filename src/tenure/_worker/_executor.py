@@ -325,6 +325,8 @@ class Executor:
                 answer_schema_json=None
                 if wp.answer_schema is None
                 else encode(wp.answer_schema, "answer schema", MAX_PAYLOAD_BYTES),
+                kind=wp.kind,
+                waiting_on=wp.children,
             ),
         )
 

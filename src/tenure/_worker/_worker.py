@@ -43,6 +43,7 @@ from ._completer import Completer
 from ._executor import Abandoned, Executor, Stopped
 from ._heartbeat import HeartbeatThread, Held
 from ._ownership import Ownership
+from ._steps import Steps
 
 if TYPE_CHECKING:
     from .._app import App
@@ -187,6 +188,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._loop_seen = time.monotonic()
         self._waitpoint_secret = b""  # read from the database when the worker starts
+        self._steps: Steps | None = None  # the jobs' fenced steps, once the store is open
         self._store: Store | None = None  # while run() runs
         self._recheck: asyncio.Task[None] | None = None
         self._acks: set[asyncio.Task[None]] = set()
@@ -226,6 +228,7 @@ class Worker:
             # Unwinds after everything else, just before the store closes.
             stack.push_async_callback(self._forget_store)
             self._waitpoint_secret = await store.waitpoint_secret()
+            self._steps = Steps(store, self.name, loop, self.app._new_job)
             registration = self._registration()
             await store.register_worker(registration)
             # Runs after the heartbeat thread has stopped (the stack unwinds in reverse), so
@@ -420,6 +423,8 @@ class Worker:
             progress=functools.partial(heartbeat.report, job.id),
             waitpoint_secret=self._waitpoint_secret,
             waitpoints=job.waitpoints,
+            steps=self._steps,
+            tenant=job.tenant,
         )
         self.counts["claimed"] += 1
         if job.previous_token is not None:

@@ -7,6 +7,7 @@ Module map:
                   sign-off at a waitpoint, an outbox to the tracker (the case service)
     review_demo   ``tenure demo --pipeline``: the review pipeline with workers SIGKILLed
                   right after a verdict and in the middle of a gate
-    agent         a pydantic-ai agent (an offline stand-in model) whose tool call is a job
+    agent         a durable pydantic-ai agent (an offline stand-in model): its run is a job,
+                  its model requests and tool calls steps, its tenure tool a child job
     mcp_server    an MCP server whose tool opens cases at the case service, once
 """

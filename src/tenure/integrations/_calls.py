@@ -15,10 +15,16 @@ which may hold a receiver's answer or a customer's data, and never a traceback.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import hashlib
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import tenure
 
 from .._app import MAX_KEY_LENGTH, App
 from .._errors import (
@@ -146,3 +152,109 @@ def failure(tool: str, error: PayloadError | JobFailed | JobCancelled) -> Failur
             False,
         )
     return Failure(f"The call of {tool} failed (error code: {error.code}, {attempts}).{said}", True)
+
+
+@dataclass(eq=False)
+class DurableRun:
+    """One attempt of one durable agent run (`TenureDurability`, `TenureRunner`): its job's
+    `Context`, the names its units were given so far, and its tool calls in flight.
+
+    A tool call is a child job of the run, keyed by the run and the call's position
+    (`child_call`); one whose child has not ended must end the attempt, but first the
+    calls beside it finish or park too (`park`), so their steps are recorded rather than
+    cut off and run again, and the attempt waits for all the parked children at once.
+    """
+
+    ctx: tenure.Context
+    seen: Counter[str] = field(default_factory=Counter)
+    busy: int = 0  # tool calls in flight
+    parked: list[int] = field(default_factory=list)  # children of the calls that must wait
+    parked_calls: int = 0
+    _changed: asyncio.Event | None = None
+
+    def index(self, base: str) -> int:
+        """How many units named ``base`` this attempt met before: the next one's index."""
+        n = self.seen[base]
+        self.seen[base] = n + 1
+        return n
+
+    @contextlib.contextmanager
+    def tool_call(self) -> Iterator[None]:
+        """Count a tool call in flight while the block runs."""
+        self.busy += 1
+        try:
+            yield
+        finally:
+            self.busy -= 1
+            self._notify()
+
+    async def child_call(self, tool: str, arguments: dict[str, Any], position: str) -> tenure.Job:
+        """The call as a child job named ``position`` (keyed ``tool-job:{run}:{position}``),
+        once it ended; PayloadError (nothing queued) for arguments outside its signature."""
+        with self.tool_call():
+            child = await self.ctx.enqueue(tool, arguments, name=position)
+            try:
+                (done,) = await self.ctx.wait_for(child, name=f"{position}.wait")
+            except tenure.Suspend as suspended:
+                await self.park(suspended)
+        return done
+
+    async def park(self, suspended: tenure.Suspend) -> NoReturn:
+        """End the attempt waiting for this call's children and those of every call beside it
+        that must wait too, once none of them is still running: one suspension for the whole
+        response, resumed when its last child ended."""
+        self.parked.extend(suspended.waitpoint.children)
+        self.parked_calls += 1
+        self._notify()
+        while self.busy > self.parked_calls:
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            self._changed.clear()
+            await self._changed.wait()
+        children = tuple(dict.fromkeys(self.parked))
+        wait = dataclasses.replace(suspended.waitpoint, children=children)
+        raise tenure.Suspend(wait, suspended.request_json)
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+
+def ended(job: tenure.Job) -> JobFailed | JobCancelled:
+    """The error a child job's end is, for `failure`."""
+    if job.state == "cancelled":
+        return JobCancelled(f"job {job.id} was cancelled", job)
+    return JobFailed(f"job {job.id} ended {job.state}", job)
+
+
+class RunStarter:
+    """How any process starts a durable agent run: a job of the run's tool (``tool``, set by
+    the engine once it knows the agent) on ``app``, one per key."""
+
+    app: tenure.App
+    tool: str | None
+
+    async def start(
+        self, prompt: str, *, key: str | None = None, tenant: str | None = None
+    ) -> tenure.Job:
+        """Start a run of the agent on ``prompt`` (a job; any worker runs it). A repeated
+        ``key`` returns the run it started, never a second one."""
+        if self.tool is None:
+            raise tenure.PolicyError("attach the engine to an agent before starting runs")
+        return await self.app.enqueue(
+            self.tool, {"prompt": prompt}, idempotency_key=key, tenant=tenant
+        )
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        key: str | None = None,
+        tenant: str | None = None,
+        timeout: float | None = None,
+        output_type: Any = None,
+    ) -> Any:
+        """`start` the run and wait for its output (JSON, or ``output_type`` loaded from it);
+        JobFailed if the run failed."""
+        job = await self.start(prompt, key=key, tenant=tenant)
+        return await self.app.wait(job.id, timeout=timeout, result_type=output_type)

@@ -38,13 +38,15 @@ from ._calls import (
     Failure,
     call_key,
     check_defer_after,
+    ended,
     failure,
     offered,
     run_call,
     settle,
 )
+from ._pydantic_ai_durable import TenureDurability, _Run, current_run, run_context
 
-__all__ = ["TenureToolset"]
+__all__ = ["TenureDurability", "TenureToolset", "run_context"]
 
 FRAMEWORK = "pydantic-ai"
 METADATA_KEY = "tenure"
@@ -100,6 +102,9 @@ class TenureToolset(AbstractToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
+        run = current_run()
+        if run is not None:
+            return await self._child_call(run, name, tool_args, ctx)
         key = call_key(FRAMEWORK, ctx.conversation_id or ctx.run_id, ctx.tool_call_id)
         tenant = self._tenant(ctx) if callable(self._tenant) else self._tenant
         try:
@@ -117,6 +122,23 @@ class TenureToolset(AbstractToolset[Any]):
             raise CallDeferred(metadata={METADATA_KEY: metadata}) from None
         except (PayloadError, JobFailed, JobCancelled) as error:
             raise _framework_error(failure(name, error)) from None
+
+    async def _child_call(
+        self, run: _Run, name: str, tool_args: dict[str, Any], ctx: RunContext[Any]
+    ) -> Any:
+        """Inside a durable run (`TenureDurability`): the call is a child job of the run,
+        keyed by the run and the call's position (``tool-job:{run}:tool.{step}.{index}``),
+        waited for holding no lease; a replay finds the same child and its recorded end."""
+        position = f"tool.{run.position(ctx, 'child')}"
+        try:
+            if self.lax:
+                tool_args = self.app.coerce_arguments(name, tool_args)
+            done = await run.child_call(name, tool_args, position)
+        except PayloadError as error:
+            raise _framework_error(failure(name, error)) from None
+        if done.state == "succeeded":
+            return done.result
+        raise _framework_error(failure(name, ended(done))) from None
 
     async def results(
         self, requests: DeferredToolRequests, *, timeout: float | None = None

@@ -60,6 +60,9 @@ def waiting_message(job: Job, waitpoints: Sequence[Waitpoint]) -> str:
     left = f"{wp['seconds_left']:.0f} s left"
     if wp["answered_by"] == "caller":
         return f"waiting for your answer at waitpoint {wp['name']!r} ({left})"
+    if wp["answered_by"] == "nobody":  # a durable sleep, or a wait for the job's children
+        what = "its child jobs" if wp.get("kind") == "children" else "a timer"
+        return f"waiting for {what} at {wp['name']!r} ({left}); nobody answers it"
     return (
         f"waiting at waitpoint {wp['name']!r} for whoever holds its token, a person or a "
         f"service, not for you ({left}); they answer with App.complete_waitpoint or the "

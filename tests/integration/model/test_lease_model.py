@@ -75,7 +75,7 @@ class World:
 
     def reset(self) -> None:
         self.sql.execute(
-            "TRUNCATE tenure_jobs, tenure_events, tenure_fence_scopes,"
+            "TRUNCATE tenure_jobs, tenure_steps, tenure_events, tenure_fence_scopes,"
             " tenure_fence_requests, model_effects"
         )
 

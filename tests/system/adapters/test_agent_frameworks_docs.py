@@ -4,8 +4,10 @@ Each page module is saved and imported as a reader's would be (``app``, ``agent`
 ``main`` at its top level); only the model is replaced: for pydantic-ai with its own
 ``Agent.override`` and a `FunctionModel`, for the OpenAI Agents SDK with the adapter
 tests' local `LedgerModel` (tracing off). Each model calls ``open_case`` and then reports
-what came back. The call outlasts ``defer_after``, so the first run ends with the call
-pending; the second gets the job's result: one job, under the conversation's key, run once.
+what came back. pydantic-ai: the call outlasts ``defer_after``, so the first run ends with
+the call pending and the second gets the job's result, one job under the conversation's
+key. OpenAI Agents SDK: a durable run (`TenureRunner`), its call a child job keyed by the
+run and the call's position.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ async def test_pydantic_ai_resumes_the_deferred_call_with_its_jobs_result(
     assert jobs_left(tenure_dsn) == [("open_case", "pydantic-ai:chat-42:call-1", "succeeded", 1)]
 
 
-async def test_openai_agents_resumes_the_interrupted_run_with_its_jobs_result(
+async def test_openai_agents_runs_durably_with_its_call_a_child_job(
     load: Load, tenure_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     names = load("openai-agents")
@@ -63,7 +65,8 @@ async def test_openai_agents_resumes_the_interrupted_run_with_its_jobs_result(
     await names["main"]()
 
     printed = capsys.readouterr().out.splitlines()
-    assert printed == ["interrupted: ['open_case']", 'posted {"case_id": "case-c-4711"}']
-    ((tool, key, state, attempt),) = jobs_left(tenure_dsn)
-    assert (tool, state, attempt) == ("open_case", "succeeded", 1)
-    assert key.startswith("openai-agents:chat-42:call-"), key
+    assert printed == ['posted {"case_id": "case-c-4711"}', "['tool-job:1:tool.1.0']"]
+    assert jobs_left(tenure_dsn) == [
+        ("agent:support", "chat-42", "succeeded", 1),
+        ("open_case", "tool-job:1:tool.1.0", "succeeded", 1),
+    ]

@@ -10,6 +10,7 @@ the way the README says, and hand its result back.
 from __future__ import annotations
 
 import asyncio
+import runpy
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +22,13 @@ from tests.support.docs import example, imported, jobs_left
 from tenure import App
 
 Load = Callable[[str], dict[str, Any]]
-ADAPTERS = ("mcp-short", "pydantic-ai-short", "openai-agents-short")
+ADAPTERS = (
+    "mcp-short",
+    "pydantic-ai-short",
+    "openai-agents-short",
+    "pydantic-ai-durable",
+    "openai-agents-durable",
+)
 
 
 @pytest.fixture
@@ -107,3 +114,63 @@ async def test_the_openai_agents_block_runs_its_tool_once_under_the_conversation
     [(tool_name, key, state, attempt)] = jobs_left(tenure_dsn)
     assert (tool_name, state, attempt) == ("order_status", "succeeded", 1)
     assert key.startswith("openai-agents:chat-42:"), key
+
+
+@pytest.mark.parametrize("name", ["pydantic-ai-durable", "openai-agents-durable"])
+def test_each_durable_block_is_seven_lines(name: str) -> None:
+    assert len(example(name).code.splitlines()) <= 7
+
+
+async def test_the_durable_pydantic_ai_block_runs_the_agent_as_a_job_of_steps(
+    tenure_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The block with its provider's model name replaced by an offline model (a model
+    instance must be the agent's own to cross into a run's steps): a run is one job per
+    key, its model request a step, its answer the run's result."""
+    from pydantic_ai import messages as msg
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    asked: list[int] = []
+
+    def respond(messages: list[msg.ModelMessage], info: AgentInfo) -> msg.ModelResponse:
+        asked.append(len(messages))
+        return msg.ModelResponse(parts=[msg.TextPart("It is shipped.")])
+
+    monkeypatch.setenv("TENURE_DSN", tenure_dsn)
+    code = example("pydantic-ai-durable").code
+    assert code.count('"openai:gpt-4o"') == 1
+    path = tmp_path / "durable_desk.py"
+    path.write_text(code.replace('"openai:gpt-4o"', "MODEL"), encoding="utf-8")
+    names = runpy.run_path(str(path), init_globals={"MODEL": FunctionModel(respond)})
+    async with working(names["app"]):
+        first = await names["durable"].run("Where is order 7?", key="ticket-7", timeout=60)
+        again = await names["durable"].run("Where is order 7?", key="ticket-7", timeout=60)
+    assert first == again == "It is shipped." and asked == [1]  # one run, asked once
+    assert jobs_left(tenure_dsn) == [("agent:desk", "ticket-7", "succeeded", 1)]
+
+
+async def test_the_durable_openai_agents_block_runs_the_agent_as_a_job_of_steps(
+    tenure_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agents import ModelResponse, Usage
+    from agents.models.interface import Model
+    from agents.testing import assistant_message
+
+    asked: list[object] = []
+
+    class Answers(Model):
+        async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            asked.append(args)
+            return ModelResponse([assistant_message("It is shipped.")], Usage(), None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    monkeypatch.setenv("TENURE_DSN", tenure_dsn)
+    names = imported("openai-agents-durable", tmp_path, "durable_openai_desk")
+    names["agent"].model = Answers()  # offline; the block names a provider's model
+    async with working(names["app"]):
+        first = await names["runner"].run("Where is order 7?", key="ticket-7", timeout=60)
+        again = await names["runner"].run("Where is order 7?", key="ticket-7", timeout=60)
+    assert first == again == "It is shipped." and len(asked) == 1  # one run, asked once
+    assert jobs_left(tenure_dsn) == [("agent:desk", "ticket-7", "succeeded", 1)]

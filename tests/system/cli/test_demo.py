@@ -218,7 +218,9 @@ def test_the_agent_demo_honours_linger_too(start_demo: list[Demo], demo_home: Pa
     pytest.importorskip("pydantic_ai", reason="needs the extra: pip install -e '.[pydantic-ai]'")
     demo = _launch(start_demo, demo_home, "--agent", "--linger", "300")
     report = demo.wait_for("dashboard stays up for 300 s")
-    assert "verdict: the agent got one answer, the receiver saw one effect" in report, report
+    assert "verdict: model calls = steps, one effect per tool call, the same answer" in report, (
+        report
+    )
     assert httpx.get(demo.url("dashboard stays up"), timeout=10).status_code == 200
     demo.terminate_and_check()
 

@@ -14,6 +14,7 @@ of every role that can only read.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import secrets
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ import tenure
 from tenure._errors import PermissionDenied
 from tenure._observe._dashboard import create_dashboard
 from tenure._observe._http import ServerThread
+from tenure._payload import fingerprint
 from tenure._store import MIGRATIONS_PACKAGE, Store, migrate
 from tenure._store._migrate import discover
 from tenure._waitpoint import derive_token, token_hash
@@ -216,6 +218,20 @@ def migrate_until(dsn: str, last: int) -> None:
                     )
 
 
+def enqueue_as_0013(dsn: str, tool: str, payload: dict[str, object]) -> int:
+    """What the 0013 release's ``enqueue`` writes for a plain call: the job's row (written
+    out here because today's statement names the column 0022 added, parent_id); its id."""
+    text = json.dumps(payload)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash,"
+            " max_attempts) VALUES (%s, %s, %s::jsonb, %s, 3) RETURNING id",
+            (tool, f"old:{tool}", text, fingerprint(f"{tool}\n{text}")),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def suspend_as_0013(dsn: str, job_id: int, token: int, hashed: str) -> None:
     """What the 0013 release's fenced suspension (statement ``suspend_job``) writes: the
     job leaves its lease for ``waiting`` and its waitpoint opens. Written out here because
@@ -252,7 +268,7 @@ async def test_an_open_waitpoint_stays_answerable_across_the_upgrade(
     producer = build_app(dsn)
     producer.auto_migrate = False  # still the old schema
     try:
-        job = await producer.enqueue("wait_briefly", {"notes": str(notes), "timeout": 600})
+        job_id = enqueue_as_0013(dsn, "wait_briefly", {"notes": str(notes), "timeout": 600})
         store = Store(dsn, max_size=2)
         await store.open()
         try:
@@ -263,13 +279,13 @@ async def test_an_open_waitpoint_stays_answerable_across_the_upgrade(
             upgrade = migrate(dsn)  # the upgrade, while the call waits
             assert upgrade[0] == 14, upgrade
             assert await store.waitpoint_secret() == key
-            assert derive_token(await store.waitpoint_secret(), job.id, "nobody") == token
+            assert derive_token(await store.waitpoint_secret(), job_id, "nobody") == token
         finally:
             await store.close()
         with WorkerGroup(dsn, tmp_path, app=APP) as workers:
             workers.spawn("new").wait_started()
             assert (await producer.complete_waitpoint(token, "yes")).state == "queued"
-            assert await producer.wait(job.id, timeout=30) == "answered yes"
+            assert await producer.wait(job_id, timeout=30) == "answered yes"
     finally:
         await producer.aclose()
     with psycopg.connect(dsn, row_factory=dict_row) as conn:

@@ -8,16 +8,17 @@
 -- worker about 5 µs per job.
 
 -- name: enqueue
+-- parent_id: the job that started this one with ctx.enqueue (NULL for everything else).
 WITH inserted AS (
     INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash, max_attempts,
                              priority, run_after, payload_hmac, concurrency_key,
                              concurrency_limit, held, tenant, position, retain_ms,
-                             trace_context)
+                             trace_context, parent_id)
     VALUES (%(tool)s, %(key)s, %(payload)s, %(payload_hash)s, %(max_attempts)s, %(priority)s,
             clock_timestamp() + %(delay_ms)s * interval '1 millisecond', %(payload_hmac)s,
             %(concurrency_key)s, %(concurrency_limit)s, %(concurrency_key)s::text IS NOT NULL,
             %(tenant)s, tenure_place(%(tenant)s, 1, %(quota)s), %(retain_ms)s,
-            %(trace_context)s)
+            %(trace_context)s, %(parent_id)s)
     ON CONFLICT (tenant, idempotency_key) DO NOTHING
     RETURNING *
 )
@@ -95,7 +96,7 @@ WITH policy AS (
     WHERE j.id = picked.id AND p.tool = j.tool
     RETURNING j.id, j.tool, j.token, j.attempt, j.max_attempts, j.payload, j.payload_hash,
               j.idempotency_key, j.lease_until, picked.previous_owner, picked.previous_token,
-              j.payload_hmac, j.run_after, j.waitpoints, j.trace_context
+              j.payload_hmac, j.run_after, j.waitpoints, j.trace_context, j.tenant
 ), journal AS (
     -- A reclaim journals the expired lease under its own token, attempt and owner, then the
     -- claim. duration_ms: how long the job had been claimable (since run_after, or since the
@@ -355,14 +356,19 @@ SELECT EXISTS (SELECT 1 FROM tenure_events e
 -- name: retry_job
 -- The call runs again from the top with the answers it had; a waitpoint that found no answer
 -- (timed out) is forgotten, so the call asks again and suspend_job opens it again (as it
--- does one that timed out failing, or was cancelled with its job).
+-- does one that timed out failing, or was cancelled with its job). A durable sleep that
+-- reached its deadline is no waitpoint that found no answer: its deadline was its end, so it
+-- is kept, like the steps the call recorded, and the call does not sleep again.
 WITH retried AS (
-    UPDATE tenure_jobs
+    UPDATE tenure_jobs j
     SET state = 'queued', run_after = clock_timestamp(), finished_at = NULL, prune_after = NULL,
         max_attempts = GREATEST(max_attempts, attempt + 1), updated_at = clock_timestamp(),
-        waitpoints = (SELECT jsonb_object_agg(e.key, e.value) FROM jsonb_each(waitpoints) e
-                      WHERE NOT coalesce((e.value ->> 'timed_out')::boolean, false))
-    WHERE id = %(id)s AND state IN ('failed', 'cancelled')
+        waitpoints = (SELECT jsonb_object_agg(e.key, e.value) FROM jsonb_each(j.waitpoints) e
+                      WHERE NOT coalesce((e.value ->> 'timed_out')::boolean, false)
+                         OR EXISTS (SELECT 1 FROM tenure_waitpoints w
+                                    WHERE w.job_id = j.id AND w.name = e.key
+                                      AND w.kind = 'sleep'))
+    WHERE j.id = %(id)s AND j.state IN ('failed', 'cancelled')
     RETURNING *
 ), journal AS (
     INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, payload_hmac)

@@ -13,6 +13,9 @@ SELECT value FROM tenure_secrets WHERE name = 'waitpoint'
 -- fresh deadline. One that is open or answered cannot open twice: the insert then breaks
 -- UNIQUE (job_id, name), the whole statement is refused, and the completer fails the job
 -- (a constraint is never an uncertain commit).
+-- A durable sleep (ctx.sleep, kind 'sleep', answered_by 'nobody') takes the same road: a
+-- retried call that was cancelled mid-sleep sleeps again, in full from now. A sleep that
+-- ended stays ended across retries (retry_job keeps it), so it is never asked again.
 -- Watchers (App.watch, on tenure_progress) are told: the state changed.
 WITH suspended AS (
     UPDATE tenure_jobs j
@@ -34,29 +37,30 @@ WITH suspended AS (
         on_timeout = %(on_timeout)s,
         deadline = clock_timestamp() + %(timeout_ms)s * interval '1 millisecond',
         request = %(request)s::jsonb, answer = NULL, created_at = clock_timestamp(),
-        closed_at = NULL, answered_by = %(answered_by)s, answer_schema = %(answer_schema)s::jsonb
+        closed_at = NULL, answered_by = %(answered_by)s, answer_schema = %(answer_schema)s::jsonb,
+        kind = %(kind)s
     FROM suspended s
     WHERE w.job_id = s.id AND w.name = %(name)s AND w.state IN ('timed_out', 'cancelled')
     RETURNING w.id
 ), opened AS (
     INSERT INTO tenure_waitpoints (job_id, name, token_hash, token, on_timeout, deadline,
-                                   request, answered_by, answer_schema)
+                                   request, answered_by, answer_schema, kind)
     SELECT s.id, %(name)s, %(token_hash)s, s.token, %(on_timeout)s,
            clock_timestamp() + %(timeout_ms)s * interval '1 millisecond', %(request)s::jsonb,
-           %(answered_by)s, %(answer_schema)s::jsonb
+           %(answered_by)s, %(answer_schema)s::jsonb, %(kind)s
     FROM suspended s
     WHERE NOT EXISTS (SELECT 1 FROM tenure_waitpoints w
                       WHERE w.job_id = s.id AND w.name = %(name)s
                         AND w.state IN ('timed_out', 'cancelled'))
     RETURNING id
 ), journal AS (
-    -- detail: the waitpoint's name and deadline (and whether it opened again), never what
-    -- it asks.
+    -- detail: the waitpoint's name, kind and deadline (and whether it opened again), never
+    -- what it asks.
     INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
                                duration_ms, payload_hmac)
     SELECT 'suspended', s.id, s.token, s.attempt, %(owner)s, s.tool,
            jsonb_build_object('waitpoint', %(name)s::text, 'timeout_ms', %(timeout_ms)s::bigint,
-                              'on_timeout', %(on_timeout)s::text)
+                              'on_timeout', %(on_timeout)s::text, 'kind', %(kind)s::text)
            || CASE WHEN EXISTS (SELECT 1 FROM reopened) THEN '{"reopened": true}'::jsonb
                    ELSE '{}'::jsonb END,
            NULL, s.ran_ms, s.payload_hmac
@@ -67,6 +71,113 @@ WITH suspended AS (
 SELECT s.id, (SELECT count(*) FROM opened) + (SELECT count(*) FROM reopened) AS opened
 FROM notified, suspended s
 
+-- name: suspend_for_children
+-- The fenced commit of a call that waits for its child jobs (ctx.wait_for): the children are
+-- locked FOR SHARE first, so a child committing its end right now is waited for and then seen
+-- ended (its own statement's trigger found no wait to leave yet), and a child ending after
+-- this statement finds the wait (tenure_child_ended). With a child still going, the job waits
+-- (no lease, no slot) at a children waitpoint listing those children; with none left, the
+-- same waitpoint is answered at once and the job queued again (attempt refunded), so the call
+-- is run again and finds its children ended. A missing child (pruned) counts as ended. Under
+-- the same owner + token + live-lease predicate as any commit: zero rows, nothing written.
+-- Nobody answers the wait from outside (answered_by 'nobody'; complete_waitpoint answers only
+-- kind 'answer'). A round that closed without its children (timed out, or cancelled with its
+-- job) and is asked again by a retry opens again, as suspend_job reopens a waitpoint: same
+-- name and token, a fresh deadline, the children still going.
+WITH kids AS (
+    SELECT c.id, c.state FROM tenure_jobs c
+    WHERE c.id = ANY(%(children)s::bigint[])
+    ORDER BY c.id
+    FOR SHARE
+), pending AS (
+    SELECT coalesce(array_agg(k.id ORDER BY k.id)
+                        FILTER (WHERE k.state NOT IN ('succeeded', 'failed', 'cancelled')),
+                    '{}'::bigint[]) AS ids
+    FROM kids k
+), suspended AS (
+    UPDATE tenure_jobs j
+    SET state = CASE WHEN cardinality(p.ids) > 0 THEN 'waiting' ELSE 'queued' END,
+        attempt = j.attempt - CASE WHEN cardinality(p.ids) > 0 THEN 0 ELSE 1 END,
+        lease_until = NULL,
+        run_after = clock_timestamp(),
+        updated_at = clock_timestamp(),
+        waitpoints = CASE WHEN cardinality(p.ids) > 0 THEN j.waitpoints
+                          ELSE coalesce(j.waitpoints, '{}'::jsonb)
+                               || jsonb_build_object(%(name)s::text, jsonb_build_object(
+                                      'answer', NULL, 'timed_out', false,
+                                      'at', clock_timestamp())) END,
+        progress = coalesce(%(progress)s::jsonb || jsonb_build_object('at', clock_timestamp()),
+                            j.progress)
+    FROM pending p
+    WHERE j.id = %(id)s
+      AND j.token = %(token)s
+      AND j.owner = %(owner)s
+      AND j.state = 'running'
+      AND j.lease_until > clock_timestamp()
+    RETURNING j.id, j.tool, j.token, j.attempt, j.state, j.payload_hmac,
+              (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000)::bigint AS ran_ms
+), reopened AS (
+    UPDATE tenure_waitpoints w
+    SET state = CASE WHEN s.state = 'waiting' THEN 'open' ELSE 'answered' END,
+        token_hash = %(token_hash)s, token = s.token, on_timeout = %(on_timeout)s,
+        deadline = clock_timestamp() + %(timeout_ms)s * interval '1 millisecond',
+        request = NULL, answer = NULL, created_at = clock_timestamp(),
+        closed_at = CASE WHEN s.state = 'waiting' THEN NULL ELSE clock_timestamp() END,
+        answered_by = 'nobody', answer_schema = NULL, kind = 'children', waiting_on = p.ids
+    FROM suspended s, pending p
+    WHERE w.job_id = s.id AND w.name = %(name)s AND w.state IN ('timed_out', 'cancelled')
+    RETURNING w.id
+), opened AS (
+    INSERT INTO tenure_waitpoints (job_id, name, token_hash, token, on_timeout, deadline,
+                                   answered_by, kind, waiting_on, state, closed_at)
+    SELECT s.id, %(name)s, %(token_hash)s, s.token, %(on_timeout)s,
+           clock_timestamp() + %(timeout_ms)s * interval '1 millisecond', 'nobody', 'children',
+           p.ids,
+           CASE WHEN s.state = 'waiting' THEN 'open' ELSE 'answered' END,
+           CASE WHEN s.state = 'waiting' THEN NULL ELSE clock_timestamp() END
+    FROM suspended s, pending p
+    WHERE NOT EXISTS (SELECT 1 FROM tenure_waitpoints w
+                      WHERE w.job_id = s.id AND w.name = %(name)s
+                        AND w.state IN ('timed_out', 'cancelled'))
+    RETURNING id
+), journal AS (
+    INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
+                               duration_ms, payload_hmac)
+    -- detail pending 0: every child had ended, so the job was queued again at once.
+    SELECT 'suspended', s.id, s.token, s.attempt, %(owner)s, s.tool,
+           jsonb_build_object('waitpoint', %(name)s::text, 'timeout_ms', %(timeout_ms)s::bigint,
+                              'on_timeout', %(on_timeout)s::text, 'kind', 'children',
+                              'children', cardinality(%(children)s::bigint[]),
+                              'pending', cardinality(p.ids))
+           || CASE WHEN EXISTS (SELECT 1 FROM reopened) THEN '{"reopened": true}'::jsonb
+                   ELSE '{}'::jsonb END,
+           NULL, s.ran_ms, s.payload_hmac
+    FROM suspended s, pending p
+), notified AS (
+    SELECT tenure_notify('tenure_progress', array_agg(s.id::text)) AS n FROM suspended s
+)
+SELECT s.id, s.state, (SELECT count(*) FROM opened) + (SELECT count(*) FROM reopened) AS opened
+FROM notified, suspended s
+
+-- name: resume_children_waits
+-- The rescuer's backstop for children waits: an open one none of whose children is still
+-- going (each child's end normally answers it in its own transaction; a child deleted by hand
+-- never ends) is answered and its job queued again. A bounded batch, FOR UPDATE SKIP LOCKED.
+-- One past its deadline is left to expire_waitpoints (no wait is answered after it).
+WITH due AS (
+    SELECT w.id, w.name, w.token, w.created_at FROM tenure_waitpoints w
+    WHERE w.state = 'open'
+      AND w.kind = 'children'
+      AND w.deadline > clock_timestamp()
+      AND NOT EXISTS (SELECT FROM tenure_jobs c
+                      WHERE c.id = ANY(w.waiting_on)
+                        AND c.state NOT IN ('succeeded', 'failed', 'cancelled'))
+    ORDER BY w.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+SELECT d.id FROM due d WHERE tenure_resume_children_wait(d.id, d.name, d.token, d.created_at)
+
 -- name: complete_waitpoint
 -- Compare-and-set: the waitpoint must be open, its deadline not yet passed on the database's
 -- clock, and its job still waiting under the token it suspended with. The answer lands on the
@@ -75,7 +186,9 @@ FROM notified, suspended s
 -- the rescuer has swept it yet), matches zero rows and writes nothing. Found by its token
 -- (token_hash; job_id NULL), or, for the job's caller, by job, name and tenant (token_hash
 -- NULL): only a waitpoint declared answered_by 'caller' is found that way, so a caller can
--- never answer a person's.
+-- never answer a person's. Only a waitpoint of kind 'answer' is ever answered here: a durable
+-- sleep or a wait for child jobs (answered_by 'nobody') has a token derived like any other,
+-- but no token and no caller can end it; only its deadline or its children do.
 WITH answered AS (
     UPDATE tenure_waitpoints w
     SET state = 'answered', answer = %(answer)s::jsonb, closed_at = clock_timestamp()
@@ -84,6 +197,7 @@ WITH answered AS (
            OR (w.job_id = %(job_id)s AND w.name = %(name)s AND w.answered_by = 'caller'
                AND j.tenant = %(tenant)s))
       AND w.state = 'open'
+      AND w.kind = 'answer'
       AND w.deadline > clock_timestamp()
       AND j.id = w.job_id
       AND j.state = 'waiting'
@@ -166,9 +280,10 @@ SELECT m.id FROM notified, moved m
 
 -- name: job_waitpoints
 -- A job's waitpoints for an operator: name, state, deadline, what it asked (the tool's words),
--- who may answer it and the type of its answer.
+-- who may answer it, the type of its answer, and what it waits for (its kind).
 SELECT name, state, on_timeout, deadline, request, created_at, closed_at, answered_by,
-       answer_schema, extract(epoch FROM deadline - clock_timestamp())::float8 AS seconds_left
+       answer_schema, kind,
+       extract(epoch FROM deadline - clock_timestamp())::float8 AS seconds_left
 FROM tenure_waitpoints
 WHERE job_id = %(job_id)s
 ORDER BY id

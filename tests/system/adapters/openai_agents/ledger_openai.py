@@ -1,25 +1,14 @@
-"""An OpenAI Agents SDK agent over the ledger's tools with a fake `Model`, and a process
-that runs it so tests can kill it. Nothing reaches a provider: the model is local and
-tracing is off.
+"""An OpenAI Agents SDK agent over the ledger's tools with a fake `Model`. Nothing reaches a
+provider: the model is local and tracing is off.
 
-`LedgerModel` asks for ``post_entry`` with a fresh random call id (as a provider would:
-a restart cannot guess it, it must come from the saved run state), then answers with
-what the tool returned (or the error it was told).
-
-``python -m tests.system.adapters.openai_agents.ledger_openai start --state FILE ...`` runs
-the agent with ``defer_after`` and saves the interrupted run's state to FILE;
-``... resume --state FILE --marker M`` approves the pending call, writes M and runs the
-state to the end (the output goes to ``FILE.out``).
+`LedgerModel` asks for ``post_entry`` with a fresh random call id (as a provider would),
+then answers with what the tool returned (or the error it was told).
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 from agents import (
@@ -27,15 +16,12 @@ from agents import (
     ModelResponse,
     ModelSettings,
     RunConfig,
-    Runner,
-    RunState,
     Tool,
     Usage,
     set_tracing_disabled,
 )
 from agents.models.interface import Model
 from agents.testing import assistant_message, function_call
-from tests.system.adapters.pydantic_ai.ledger_app import build_app
 
 from tenure import App
 from tenure.integrations.openai_agents import TenureTools
@@ -84,43 +70,8 @@ class LedgerModel(Model):
 
 
 def ledger_agent(
-    app: App, tool: str, arguments: dict[str, Any], defer_after: float | None = None
+    app: App, tool: str, arguments: dict[str, Any], **options: Any
 ) -> tuple[Agent[Any], TenureTools, LedgerModel]:
-    tools = TenureTools(app, conversation=lambda ctx: ctx.context["chat"], defer_after=defer_after)
+    tools = TenureTools(app, conversation=lambda ctx: ctx.context["chat"], **options)
     model = LedgerModel(tool, arguments)
     return Agent(name="ledger", model=model, tools=list(tools.tools)), tools, model
-
-
-def save(path: Path, text: str) -> None:
-    partial = path.with_suffix(".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-
-
-async def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["start", "resume"])
-    parser.add_argument("--state", type=Path, required=True)
-    parser.add_argument("--account", required=True)
-    parser.add_argument("--marker", type=Path)
-    args = parser.parse_args()
-    app = build_app()
-    agent, tools, _ = ledger_agent(
-        app, "post_entry", {"account": args.account, "cents": 1250}, defer_after=0.3
-    )
-    if args.mode == "start":
-        result = await Runner.run(agent, "post it", context={"chat": "chat-1"}, run_config=OFFLINE)
-        assert result.interruptions, "the call ended within defer_after"
-        save(args.state, result.to_state().to_string())
-    else:
-        state = await RunState.from_string(agent, args.state.read_text(encoding="utf-8"))
-        tools.approve(state)
-        if args.marker is not None:
-            save(args.marker, "resuming")
-        result = await Runner.run(agent, state, run_config=OFFLINE)
-        save(args.state.with_suffix(".out"), str(result.final_output))
-    await app.aclose()
-
-
-if __name__ == "__main__":
-    asyncio.run(main())

@@ -1,22 +1,23 @@
-"""TenureTools with the OpenAI Agents SDK, offline (a fake `Model`): tools from signatures,
-one job per call, failures as the error text the model gets (without the tool's text),
-deferral through the run state, and a resuming process SIGKILLed in the middle."""
+"""TenureTools and TenureRunner with the OpenAI Agents SDK, offline (a fake `Model`): tools
+from signatures, one job per call, failures as the error text the model gets (without the
+tool's text); in a durable run, calls as child jobs keyed by position, the model asked once
+per step, approval through a waitpoint (the SDK's own ``needs_approval``, passed on) and
+input guardrails before any tool. Kills of durable runs: tests/system/durable."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("agents", reason="needs the extra: pip install -e '.[openai-agents]'")
 
-from agents import Runner, RunState
-from tests.support.workers import REPO_ROOT, WorkerGroup
+from agents import GuardrailFunctionOutput, Runner, input_guardrail
+from agents.exceptions import UserError
+from tests.integration.durable.conftest import running
+from tests.support.waiting import wait_until_async
 from tests.system.adapters.openai_agents.ledger_openai import OFFLINE, ledger_agent
 from tests.system.adapters.pydantic_ai.ledger_app import (
     REFUSED,
@@ -24,10 +25,9 @@ from tests.system.adapters.pydantic_ai.ledger_app import (
     executions,
     open_gate,
 )
-from tests.system.adapters.pydantic_ai.ledger_fixtures import kill_when
 
-from tenure import App, PolicyError, UnknownTool
-from tenure.integrations.openai_agents import TenureTools
+from tenure import App, JobFailed, UnknownTool
+from tenure.integrations.openai_agents import TenureRunner, TenureTools
 
 CHAT = {"chat": "chat-1"}
 
@@ -103,66 +103,105 @@ async def test_a_failed_job_is_the_error_text_with_only_the_tools_classified_tex
         assert SECRET in json.dumps(job.error)  # kept, for the operator
 
 
-async def test_a_long_call_ends_the_run_and_resumes_from_its_state(app: App, worker: None) -> None:
-    agent, tools, model = ledger_agent(
-        app, "post_entry", {"account": "a4", "cents": 700}, defer_after=0.2
-    )
-    first = await Runner.run(agent, "go", context=CHAT, run_config=OFFLINE)
-    (pending,) = first.interruptions
-    saved = first.to_state().to_string()
-    (job,) = await app.list_jobs(tool="post_entry")
-    assert pending.tool_name == "post_entry" and job.state == "running"
-
-    open_gate(app.dsn, "a4")
-    state = await RunState.from_string(agent, saved)
-    assert tools.approve(state) == 1
-    final = await Runner.run(agent, state, run_config=OFFLINE)
-
-    assert json.loads(outputs(model.inputs)[-1]) == {"entry": "a4/700", "job": job.id}
-    assert final.final_output.startswith("posted ")
-    assert executions(app.dsn, "a4") == [(job.id, 1)]
+async def test_with_lax_a_models_slip_is_converted_in_a_plain_and_a_durable_run(
+    app: App,
+) -> None:
+    """Both roads of a call (its key from the conversation, or a child of a durable run)
+    convert a model's trivial slip ("12" for an int) when asked to, rather than refuse it."""
+    open_gate(app.dsn, "l1")
+    open_gate(app.dsn, "l2")
+    plain, _, _ = ledger_agent(app, "post_entry", {"account": "l1", "cents": "12"}, lax=True)
+    durable, _, _ = ledger_agent(app, "post_entry", {"account": "l2", "cents": "13"})
+    lax_tools = list(TenureTools(app, lax=True).tools)
+    runner = TenureRunner(app, durable.clone(tools=lax_tools), name="l")
+    async with running(app):  # a worker that knows the run's tool
+        await Runner.run(plain, "go", context=CHAT, run_config=OFFLINE)
+        await runner.run("go", key="lax-2", timeout=60)
+    jobs = await app.list_jobs(tool="post_entry")
+    assert sorted(j.payload["cents"] for j in jobs if j.payload) == [12, 13]
 
 
 def test_bad_settings_are_refused(app: App) -> None:
     with pytest.raises(UnknownTool, match="no_such_tool"):
         TenureTools(app, conversation=lambda ctx: "c", tools=["no_such_tool"])
-    with pytest.raises(PolicyError, match="defer_after"):
-        TenureTools(app, conversation=lambda ctx: "c", defer_after=-1)
 
 
-def run_agent(mode: str, state: Path, dsn: str, *extra: str) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "tests.system.adapters.openai_agents.ledger_openai", mode]
-    with open(state.with_suffix(f".{mode}.log"), "wb") as log:  # the child has its own copy
-        return subprocess.Popen(
-            [*command, "--state", str(state), "--account", "a5", *extra],
-            cwd=REPO_ROOT,
-            env={**os.environ, "TENURE_DSN": dsn},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
+async def test_outside_a_durable_run_a_call_needs_its_conversation(app: App) -> None:
+    agent, _, _ = ledger_agent(app, "post_entry", {"account": "a3", "cents": 1})
+    agent = agent.clone(tools=list(TenureTools(app).tools))
+    with pytest.raises(UserError, match="conversation="):  # the SDK wraps the PolicyError
+        await Runner.run(agent, "go", run_config=OFFLINE)
+    assert await app.list_jobs() == []
 
 
-async def test_a_resuming_agent_killed_mid_call_and_resumed_again_runs_the_tool_once(
-    app: App, workers: WorkerGroup, tmp_path: Path
+async def test_a_durable_runs_calls_are_child_jobs_and_its_model_is_asked_once_a_step(
+    app: App,
 ) -> None:
-    workers.spawn("w1").wait_started()
-    state = tmp_path / "state.json"
-    start = run_agent("start", state, app.dsn)
-    assert start.wait(60) == 0, state.with_suffix(".start.log").read_text()
-    ((job_id, _),) = executions(app.dsn, "a5")  # held at its gate
+    open_gate(app.dsn, "d1")
+    agent, _, model = ledger_agent(app, "post_entry", {"account": "d1", "cents": 300})
+    runner = TenureRunner(app, agent.clone(tools=list(TenureTools(app).tools)), name="ledger")
+    async with running(app):  # a worker that knows the run's tool
+        output = await runner.run("go", key="chat-9", timeout=60)
+    (run,) = await app.list_jobs(tool="agent:ledger")
+    (job,) = await app.list_jobs(tool="post_entry")
+    assert job.idempotency_key == f"tool-job:{run.id}:tool.1.0"  # the run and the position
+    assert output == f"posted {outputs(model.inputs)[0]}"
+    assert len(model.inputs) == 2  # two model steps; the replays after the wait never asked
+    assert executions(app.dsn, "d1") == [(job.id, 1)]
+    again = await runner.start("go", key="chat-9")
+    assert again.id == run.id and not again.created  # one run per key
 
-    marker = tmp_path / "resuming"
-    resume = run_agent("resume", state, app.dsn, "--marker", str(marker))
-    kill_when(resume, marker.exists, "the resume never started")  # while it waits for the job
 
-    open_gate(app.dsn, "a5")
-    agent, tools, model = ledger_agent(app, "post_entry", {"account": "a5", "cents": 1250})
-    again = await RunState.from_string(agent, state.read_text(encoding="utf-8"))
-    tools.approve(again)
-    final = await Runner.run(agent, again, run_config=OFFLINE)
+async def test_a_durable_run_waits_for_approval_at_a_waitpoint_holding_no_lease(app: App) -> None:
+    open_gate(app.dsn, "d2")
+    handed: list[tuple[str, list[dict[str, Any]]]] = []
+    agent, _, _ = ledger_agent(app, "post_entry", {"account": "d2", "cents": 5})
+    tools = TenureTools(app, needs_approval=True)  # the SDK's approval, left to the SDK
+    runner = TenureRunner(
+        app,
+        agent.clone(tools=list(tools.tools)),
+        name="careful",
+        on_approval=lambda token, requests: handed.append((token, requests)),
+    )
+    async with running(app):
+        run = await runner.start("go", key="chat-10")
+        await wait_until_async(lambda: handed, timeout=30, message="never asked for approval")
+        await wait_until_async(
+            lambda: _state(app, run.id, "waiting"), timeout=30, message="the run never waited"
+        )
+        assert (await app.get(run.id)).lease_until is None
+        assert await app.list_jobs(tool="post_entry") == []  # nothing ran before the decision
+        ((token, (request,)),) = handed
+        arguments = json.loads(request["arguments"])
+        assert request["tool"] == "post_entry" and arguments["account"] == "d2"
+        await app.complete_waitpoint(token, {"approve": [request["call_id"]]})
+        output = await app.wait(run.id, timeout=60)
+    (job,) = await app.list_jobs(tool="post_entry")
+    assert output.startswith("posted ") and executions(app.dsn, "d2") == [(job.id, 1)]
+    assert len(handed) == 1  # the handler ran once, however often the run was replayed
 
-    assert json.loads(outputs(model.inputs)[-1]) == {"entry": "a5/1250", "job": job_id}
-    assert final.final_output.startswith("posted ")
-    assert executions(app.dsn, "a5") == [(job_id, 1)]
-    assert [j.id for j in await app.list_jobs(tool="post_entry")] == [job_id]
+
+async def test_input_guardrails_run_before_any_tool_of_a_durable_run(app: App) -> None:
+    checked: list[str] = []
+
+    @input_guardrail(run_in_parallel=True)  # the SDK would run it beside the first turn
+    async def no_refunds(ctx: Any, agent: Any, given: Any) -> GuardrailFunctionOutput:
+        checked.append(str(given))
+        await asyncio.sleep(0.5)  # a slow check: the model answers long before it
+        return GuardrailFunctionOutput(output_info={"refund": True}, tripwire_triggered=True)
+
+    agent, _, model = ledger_agent(app, "post_entry", {"account": "d3", "cents": 5})
+    guarded = agent.clone(tools=list(TenureTools(app).tools), input_guardrails=[no_refunds])
+    runner = TenureRunner(app, guarded, name="guarded", max_attempts=1)
+    async with running(app):
+        run = await runner.start("refund it", key="chat-11")
+        with pytest.raises(JobFailed):
+            await app.wait(run.id, timeout=60)
+    failed = await app.get(run.id)
+    assert failed.error is not None and failed.error["type"] == "InputGuardrailTripwireTriggered"
+    assert checked == ["refund it"] and model.inputs == []  # judged first, alone
+    assert await app.list_jobs(tool="post_entry") == []  # no tool job was ever queued
+
+
+async def _state(app: App, job_id: int, state: str) -> bool:
+    return (await app.get(job_id)).state == state

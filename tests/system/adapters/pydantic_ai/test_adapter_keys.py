@@ -69,7 +69,7 @@ def test_the_core_install_and_import_leave_the_frameworks_out() -> None:
     core = " ".join(project["dependencies"]).lower()
     assert "pydantic-ai" not in core and "openai" not in core and "agents" not in core
     extras = project["optional-dependencies"]
-    assert extras["pydantic-ai"] == ["pydantic-ai-slim>=2.66,<3"]
+    assert extras["pydantic-ai"] == ["pydantic-ai-slim>=2.78,<3"]
     assert extras["openai-agents"] == ["openai-agents>=0.24,<0.25"]
     assert "tenure[pydantic-ai,openai-agents]" in extras["test"]
     frameworks = "{'pydantic_ai', 'agents', 'openai'}"
