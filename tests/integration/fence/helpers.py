@@ -81,13 +81,7 @@ def fence_tables(dsn: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]
 @contextmanager
 def serve(app: Any) -> Iterator[str]:
     """Run ``app`` under uvicorn in a thread on a free loopback port; yield its URL."""
-    # uvicorn closes a connection idle for timeout_keep_alive (5 s) after it opened: on a
-    # starved machine (load 28 in one run) the timer could fire before the loop read the
-    # request already in the socket, and the client got a reset. The tests send at once.
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_level="warning", timeout_keep_alive=120
-    )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
