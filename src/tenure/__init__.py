@@ -53,6 +53,11 @@ from ._worker._worker import Worker
 
 __version__ = "0.1.0"
 
+for _name, _value in list(globals().items()):  # the names users see, not the private modules
+    if isinstance(_value, type) and _value.__module__.startswith("tenure._"):
+        _value.__module__ = __name__
+del _name, _value
+
 __all__ = [
     "App",
     "ConfigError",

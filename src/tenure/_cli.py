@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import difflib
-import importlib
 import json
 import math
 import os
@@ -39,7 +37,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from ._app import MAX_KEY_LENGTH, MAX_PRIORITY, MAX_WAIT, App
+from ._app import MAX_KEY_LENGTH, MAX_PRIORITY, MAX_WAIT, App, load_app
 from ._dsn import dsn_from_environment
 from ._errors import ConfigError, PayloadError, TenureError
 from ._job import Job
@@ -47,7 +45,6 @@ from ._log import configure_logging
 from ._observe._events import JOURNAL_KINDS
 from ._observe._pages import clock, describe_progress, seconds, summarize
 from ._registry import TENANT_MAX, TOOL_NAME_MAX
-from ._store import migrate
 from ._text import json_text, printable
 from ._worker._worker import (
     DEFAULT_CLAIM_BATCH,
@@ -80,37 +77,6 @@ PATH_MAX = 4096  # a file path (tenure mcp --tokens)
 RETENTION = (60.0, 3650 * DAY)  # JournalPrunerConfig's range
 # Spaces between columns, a rule under the header: readable in a terminal and when pasted.
 TABLE: dict[str, Any] = {"box": box.SIMPLE_HEAD, "title_justify": "left"}
-
-
-def load_app(target: str) -> App:
-    """Import ``module:attribute`` and check that it is an App; otherwise a ConfigError
-    naming what is wrong and the module's App objects."""
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"expected MODULE:APP (e.g. myapp:app), got {target!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # the module is the user's: any error importing it is theirs
-        raise ConfigError(f"cannot import {module_name!r}: {_one_line(exc)}") from None
-    app = getattr(module, attribute, None)
-    if isinstance(app, App):
-        return app
-    found = sorted(name for name, value in vars(module).items() if isinstance(value, App))
-    there = (
-        f"its tenure.App objects: {', '.join(found)}"
-        if found
-        else f"{module_name} defines no tenure.App at its top level"
-    )
-    close = difflib.get_close_matches(attribute, found, n=1)
-    hint = f"; did you mean {module_name}:{close[0]}?" if close else ""
-    if not hasattr(module, attribute):
-        raise ConfigError(f"{module_name} has no attribute {attribute!r} ({there}){hint}")
-    kind = type(app).__name__
-    raise ConfigError(
-        f"{module_name}.{attribute} is of type {kind}, not a tenure.App ({there}){hint}"
-    )
 
 
 def parse_duration(text: str) -> float:
@@ -421,7 +387,7 @@ def waitpoints_table(waits: Iterable[Mapping[str, Any]]) -> Table:
 async def _with_app(app: App, args: argparse.Namespace, target: App | None) -> int:
     try:
         if args.command != "doctor":  # the doctor reports these as checks of its own
-            await app.verify_schema()
+            await app.admin.verify_schema()
         return await _dispatch(app, args, target)
     finally:
         await app.aclose()
@@ -429,20 +395,22 @@ async def _with_app(app: App, args: argparse.Namespace, target: App | None) -> i
 
 async def _jobs(app: App, args: argparse.Namespace, console: Console) -> int:
     if args.action == "list":
-        jobs = await app.list_jobs(
+        jobs = await app.admin.jobs(
             state=args.state, tool=args.tool, tenant=args.tenant, limit=args.limit
         )
-        console.print(jobs_table(jobs, await app.database_time()))
+        console.print(jobs_table(jobs, await app.admin.database_time()))
     elif args.action == "show":
-        console.print(job_table(await app.job_detail(args.id)))
-        waits = await app.job_waitpoints(args.id)
+        console.print(job_table(await app.admin.job(args.id)))
+        waits = await app.admin.waitpoints(args.id)
         if waits:
             console.print(waitpoints_table(waits))
-        timeline = await app.events(args.id)
+        timeline = await app.admin.events(args.id)
         console.print(events_table(timeline, title="timeline", with_job=False))
     else:
-        changed = await (app.cancel(args.id) if args.action == "cancel" else app.retry(args.id))
-        console.print(jobs_table([changed], await app.database_time()))
+        changed = await (
+            app.cancel(args.id) if args.action == "cancel" else app.admin.retry(args.id)
+        )
+        console.print(jobs_table([changed], await app.admin.database_time()))
     return 0
 
 
@@ -462,7 +430,7 @@ def _since_option(text: str | None) -> float | datetime | None:
 
 
 async def _events(app: App, args: argparse.Namespace, console: Console) -> int:
-    found = await app.find_events(
+    found = await app.admin.find_events(
         kinds=args.kind or (),
         job_id=args.job,
         tool=args.tool,
@@ -480,7 +448,7 @@ async def _events(app: App, args: argparse.Namespace, console: Console) -> int:
 
 
 async def _workers(app: App, args: argparse.Namespace, console: Console) -> int:
-    workers = await app.list_workers(limit=args.limit)
+    workers = await app.admin.workers(limit=args.limit)
     if args.json:
         for row in workers:
             print(json.dumps(row, default=str, separators=(",", ":")))
@@ -490,7 +458,7 @@ async def _workers(app: App, args: argparse.Namespace, console: Console) -> int:
 
 
 async def _prune(app: App, args: argparse.Namespace, console: Console) -> int:
-    total = await app.prune_journal(args.older_than, dry_run=True)
+    total = await app.admin.prune_journal(args.older_than, dry_run=True)
     if args.dry_run:
         many = "at least " if total >= PRUNE_COUNT_CAP else ""
         console.print(f"would delete {many}{total} journal rows (dry run: nothing deleted)")
@@ -502,7 +470,7 @@ async def _prune(app: App, args: argparse.Namespace, console: Console) -> int:
         console=Console(stderr=True),
     ) as progress:
         task = progress.add_task("prune", total=total or 1)
-        deleted = await app.prune_journal(
+        deleted = await app.admin.prune_journal(
             args.older_than, on_batch=lambda n: progress.advance(task, n)
         )
         progress.update(task, completed=total or 1)
@@ -523,7 +491,7 @@ async def _doctor(app: App, check_tools: bool, console: Console) -> int:
         def step(label: str) -> None:
             progress.update(task, description=f"checking {label}")
 
-        checks = await app.doctor(check_tools=check_tools, on_step=step)
+        checks = await app.admin.doctor(check_tools=check_tools, on_step=step)
     table = Table(title="tenure doctor", **TABLE)
     for column in ("CHECK", "STATUS", "DETAIL"):
         table.add_column(column, no_wrap=column != "DETAIL")
@@ -566,7 +534,7 @@ async def _dispatch(app: App, args: argparse.Namespace, target: App | None) -> i
 
 async def _checked(app: App) -> None:
     try:
-        await app.verify_schema()
+        await app.admin.verify_schema()
     finally:
         await app.aclose()
 
@@ -690,7 +658,7 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
 
 def _tools(args: argparse.Namespace) -> int:
     """The tools an agent would be shown: no database is needed for this."""
-    schemas = _load(args).tool_schemas()
+    schemas = _load(args).registry.tool_schemas()
     if args.json:
         print(json_text(schemas, indent=2))
         return 0
@@ -1045,7 +1013,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "migrate":
         app = App(args.dsn, migrate=False)
         try:
-            applied = migrate(app.dsn)
+            applied = app.sync.admin.migrate()
             print(f"schema up to date; applied now: {', '.join(map(str, applied)) or 'none'}")
         finally:
             app.close()

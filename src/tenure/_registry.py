@@ -6,12 +6,16 @@ import difflib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from ._errors import PolicyError
 from ._payload import MAX_PAYLOAD_BYTES
 from ._policy import ToolPolicy
 from ._signature import Contract, build_contract
+
+if TYPE_CHECKING:
+    from ._maintenance._scheduler import Schedule
+    from ._store import NewJob
 
 TOOL_NAME_MAX = 200
 CONCURRENCY_KEY_MAX = 500
@@ -208,3 +212,37 @@ class TenantQuotas(PatternTable):
 
     def __init__(self) -> None:
         super().__init__("quota", MAX_QUOTA, check_tenant)
+
+
+class ToolRegistry(Protocol):
+    """What a worker (and its telemetry and the doctor) needs of an app: its tools, their
+    limits and schedules, the signing key, the database, and how a call becomes a job.
+
+    `tenure.App` builds one (``app.registry``); the layers below it see only this, never
+    the App, so they cannot reach its client, its admin or its connections.
+    """
+
+    @property
+    def tools(self) -> Mapping[str, ToolSpec]: ...
+
+    @property
+    def limits(self) -> ConcurrencyLimits: ...
+
+    @property
+    def schedules(self) -> Mapping[str, Schedule]: ...
+
+    @property
+    def signing_key(self) -> bytes | None: ...
+
+    @property
+    def dsn(self) -> str: ...
+
+    @property
+    def new_job(self) -> Callable[..., NewJob]:
+        """How a call of a tool becomes the job to write (`Registry.new_job`: the payload
+        checked against its signature, its policy, limits and quota applied)."""
+        ...
+
+    def schedule_job(self, schedule: Schedule, key: str) -> NewJob:
+        """The job of one slot of ``schedule``."""
+        ...

@@ -14,7 +14,7 @@ from ._events import WRITER_KINDS
 from ._journal import JournalWriter
 
 if TYPE_CHECKING:
-    from .._app import App
+    from .._registry import ToolRegistry
     from ._http import ServerThread
 
 logger = logging.getLogger("tenure.worker")
@@ -39,8 +39,10 @@ class TelemetryOptions:
 class WorkerTelemetry:
     """Started and stopped with a worker; everything here is off the claim/commit path."""
 
-    def __init__(self, app: App, worker: str, store: Store, options: TelemetryOptions) -> None:
-        self._app = app
+    def __init__(
+        self, registry: ToolRegistry, worker: str, store: Store, options: TelemetryOptions
+    ) -> None:
+        self._registry = registry
         self._worker = worker
         kinds = WRITER_KINDS | ({"heartbeat_ok"} if options.journal_heartbeats else set())
         self.writer = JournalWriter(store, kinds=kinds, worker=worker)
@@ -61,11 +63,11 @@ class WorkerTelemetry:
         from ._metrics import DatabaseGauges, process_metrics
 
         metrics = process_metrics()
-        metrics.labels.register_specs(self._app.tools.values())
-        metrics.prime(self._app.tools)  # every counter at zero before the first incident
+        metrics.labels.register_specs(self._registry.tools.values())
+        metrics.prime(self._registry.tools)  # every counter at zero before the first incident
         state = MetricsState([metrics.registry], DatabaseGauges(metrics.labels))
         server = ServerThread(
-            metrics_app(self._app.dsn, state),
+            metrics_app(self._registry.dsn, state),
             self._metrics_host,
             self._metrics_port,
             name="tenure-metrics",

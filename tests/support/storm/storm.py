@@ -372,9 +372,9 @@ class Enqueuer(threading.Thread):
         while True:
             try:
                 if len(keys) == 1:
-                    app.enqueue_sync(TOOL, payloads[0], idempotency_key=keys[0])
+                    app.sync.enqueue(TOOL, payloads[0], idempotency_key=keys[0])
                 else:
-                    app._sync(app.enqueue_many(TOOL, payloads, idempotency_keys=keys))
+                    app._connection.run(app.enqueue_many(TOOL, payloads, idempotency_keys=keys))
             except (psycopg.Error, OSError, TimeoutError):
                 self.errors += 1
                 if time.monotonic() > give_up:
