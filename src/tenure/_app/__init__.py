@@ -20,7 +20,7 @@ chaos, integrations) reach the database through the client and the admin.
 """
 
 from ._admin import NO_SCHEMA, Admin
-from ._client import MAX_WAIT, Client
+from ._client import MAX_TOKEN, MAX_WAIT, Client
 from ._connection import fresh_database
 from ._face import App
 from ._load import load_app
@@ -30,6 +30,7 @@ from ._sync import SyncAdmin, SyncApp
 __all__ = [
     "MAX_KEY_LENGTH",
     "MAX_PRIORITY",
+    "MAX_TOKEN",
     "MAX_WAIT",
     "NO_SCHEMA",
     "Admin",

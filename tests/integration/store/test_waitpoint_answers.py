@@ -200,3 +200,28 @@ async def test_a_retry_forgets_a_timeout_and_keeps_an_answer(
     await app.admin.retry(job.id)
     (again,) = await store.claim("w", LEASES, 1)
     assert not again.waitpoints  # asked again, from the top
+
+
+async def test_the_cli_answers_through_the_same_door_once(
+    store: Store,
+    tenure_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`tenure jobs answer TOKEN ANSWER` is `App.answer_waitpoint`: it queues the job again
+    with the answer, and a second answer is refused (exit 1, one line) and writes nothing."""
+    from tenure._cli import main
+
+    job, token = await suspended(store, "by-cli", timeout_ms=3_600_000)
+    monkeypatch.setenv("TENURE_DSN", tenure_dsn)
+    answer = ["jobs", "answer", token, '{"approved": true}']
+    assert await asyncio.to_thread(main, answer) == 0
+    assert "queued" in capsys.readouterr().out
+    (row,) = rows(
+        tenure_dsn, "SELECT answer FROM tenure_waitpoints WHERE job_id = %(id)s", {"id": job.id}
+    )
+    assert row["answer"] == {"approved": True}
+    before = written(tenure_dsn, job.id)
+    assert await asyncio.to_thread(main, answer) == 1
+    assert "no open waitpoint has this token" in capsys.readouterr().err
+    assert written(tenure_dsn, job.id) == before
