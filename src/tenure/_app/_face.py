@@ -105,11 +105,17 @@ class App(Client):
     # -- registration: the registry's ------------------------------------------
 
     tool = _registers(Registry.tool)
+    """``@app.tool(...)``: register a tool with its policy (`Registry.tool`, same arguments)."""
     limit = _registers(Registry.limit)
+    """At most N calls with a matching concurrency key at once (`Registry.limit`)."""
     quota = _registers(Registry.quota)
+    """At most N queued jobs per matching tenant (`Registry.quota`)."""
     schedule = _registers(Registry.schedule)
+    """Call a tool periodically, by cron or every N seconds (`Registry.schedule`)."""
     periodic = _registers(Registry.periodic)
+    """Decorator form of `schedule`, above ``@app.tool`` (`Registry.periodic`)."""
     pipeline = _registers(Registry.pipeline)
+    """Declare a pipeline of stages over the registered tools (`Registry.pipeline`)."""
 
     @property
     def tools(self) -> Mapping[str, ToolSpec]:
