@@ -1,6 +1,7 @@
 """The public surface is small and deliberate: __all__ lists exactly the public names."""
 
 import types
+import typing
 
 import tenure
 import tenure.fence
@@ -25,6 +26,8 @@ def test_every_public_name_resolves_and_is_documented() -> None:
         value = getattr(tenure, name)
         assert value.__doc__, f"tenure.{name} has no docstring"
         assert value.__module__ == "tenure", f"tenure.{name} reports {value.__module__}"
+        if isinstance(value, type):  # and its annotations still resolve (tenure._report_as_tenure)
+            typing.get_type_hints(value, include_extras=True)
 
 
 def test_fence_surface() -> None:
