@@ -67,10 +67,9 @@ class ScheduleOptions(TypedDict, total=False):
 class Registry:
     """The tools an App registers and everything their calls are checked against.
 
-    It is the `ToolRegistry` a `Worker` runs: ``app.registry``. Reached as
-    ``app.registry`` for what an agent sees of the tools (`tool_schema`,
-    `output_schema`, `coerce_arguments`, ...); `App.tool`, `App.limit`, `App.quota`,
-    `App.schedule` and `App.pipeline` register here.
+    ``app.registry``: the `ToolRegistry` a `Worker` runs, and what an agent is shown of
+    the tools (`tool_schema`, `output_schema`, `coerce_arguments`, ...). `App.tool`,
+    `App.limit`, `App.quota`, `App.schedule` and `App.pipeline` register here.
     """
 
     def __init__(
