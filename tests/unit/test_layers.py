@@ -14,6 +14,7 @@ of the module that defines the name (``from tenure._store import Store`` is an i
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -314,3 +315,80 @@ def test_an_import_up_the_order_is_caught() -> None:
     down = Import("tenure._app", "tenure._store._jobs", "tenure._store", 1)
     sideways = Import("tenure._maintenance._rescuer", "tenure._pipeline._engine", "", 1)
     assert back_up([up, down, sideways]) == [up]
+
+
+# -- the package table: what each part imports --
+
+TOKEN = re.compile(r"`([^`]+)`")
+
+
+def table_rows() -> list[tuple[list[str], list[str]]]:
+    """(the modules a row is about, the modules its imports column names), for each row
+    of ARCHITECTURE.md's package table (a file name is the row's own, not an import)."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    table = text.split("| package | owns | imports", 1)[1].split("\n\n", 1)[0]
+    rows = []
+    for line in table.splitlines()[2:]:
+        cells = line.split("|")
+        parts = [named(t.rstrip("/").removesuffix(".py")) for t in TOKEN.findall(cells[1])]
+        claims = [named(t) for t in TOKEN.findall(cells[3]) if not t.endswith(".py")]
+        rows.append(([p for p in parts if p], [c for c in claims if c]))
+    return rows
+
+
+def named(token: str) -> str | None:
+    """The module a table cell names (`_store`, `_observe._http`, `tenure.fence`,
+    `examples/review_sigkill`), or None for a word that is not one (`App`)."""
+    name = token.replace("/", ".")
+    name = name if name == ROOT or name.startswith(ROOT + ".") else qualified(name)
+    return name if name in modules() else None
+
+
+def unit(module: str) -> str:
+    """The part of tenure a module belongs to: a top-level module or package."""
+    return ".".join(module.split(".")[:2])
+
+
+def under(module: str, name: str) -> bool:
+    return module == name or module.startswith(name + ".")
+
+
+def test_the_table_is_read() -> None:
+    rows = table_rows()
+    assert len(rows) >= 8
+    parts = {p for ps, _ in rows for p in ps}
+    assert {"tenure._store", "tenure._embedded", "tenure.fence", "tenure._app"} <= parts
+
+
+def test_the_table_names_each_part_s_real_imports() -> None:
+    """Each row's imports column names every part of tenure its modules import, base
+    modules and KNOWN_VIOLATIONS apart (both are named elsewhere), and nothing they do
+    not import."""
+    base = {qualified(n) for n in dict(layers())["base"]}
+    wrong = []
+    for parts, claims in table_rows():
+        imports = [
+            i
+            for m in modules()
+            if any(under(m, p) for p in parts)
+            for i in imports_of(m)
+            if not any(under(i.imported, p) or under(i.written, p) for p in parts)
+        ]
+        named_parts = {unit(c) for c in claims}
+        unnamed = {
+            f"{i.importer} -> {i.written}"
+            for i in imports
+            if unit(i.written) not in named_parts | base
+            and (i.importer, i.imported) not in KNOWN_VIOLATIONS
+        }
+        stale = [
+            c
+            for c in claims
+            if not any(under(i.imported, c) or under(i.written, c) for i in imports)
+        ]
+        if unnamed or stale:
+            wrong.append(
+                f"{[p.removeprefix('tenure.') for p in parts]}: not named "
+                f"{sorted(unnamed)}; named but not imported {stale}"
+            )
+    assert not wrong, "ARCHITECTURE.md's package table:\n" + "\n".join(wrong)
