@@ -392,3 +392,27 @@ def test_the_table_names_each_part_s_real_imports() -> None:
                 f"{sorted(unnamed)}; named but not imported {stale}"
             )
     assert not wrong, "ARCHITECTURE.md's package table:\n" + "\n".join(wrong)
+
+
+def test_a_module_map_that_says_so_is_in_import_order() -> None:
+    """A package whose module map says "each imports only those listed below it" keeps
+    its word: no module of it imports one listed above it (or one the map leaves out)."""
+    claim = "each imports only those listed below it"
+    packages = [
+        m for m in modules() if is_package(m) and claim in (ast.get_docstring(tree(m)) or "")
+    ]
+    assert "tenure._embedded" in packages
+    wrong = []
+    for package in packages:
+        docstring = ast.get_docstring(tree(package)) or ""
+        order = re.findall(r"^ {4}(_\w+) {2,}\S", docstring, re.MULTILINE)
+        place = {f"{package}.{name}": i for i, name in enumerate(order)}
+        wrong += [
+            f"{i.importer} -> {i.imported}"
+            for i in graph()
+            if i.importer in place
+            and under(i.imported, package)
+            and i.imported != package
+            and place.get(i.imported, -1) <= place[i.importer]
+        ]
+    assert not wrong, f"imports against the module map's order: {wrong}"
