@@ -209,8 +209,14 @@ def cycles(edges: Iterable[tuple[str, str]]) -> list[list[str]]:
 
 
 def back_up(edges: Iterable[Import]) -> list[Import]:
+    """The imports from a lower layer to a higher one (a module in no layer is reported
+    by test_every_module_has_a_layer, not here)."""
     placed = rank()
-    return [i for i in edges if placed[i.imported] < placed[i.importer]]
+    return [
+        i
+        for i in edges
+        if i.imported in placed and i.importer in placed and placed[i.imported] < placed[i.importer]
+    ]
 
 
 # -- the reader reads what is there --
@@ -221,7 +227,8 @@ def test_the_graph_is_read() -> None:
     assert len(modules()) > 100 and len(edges) > 400
     # through the store's face to the module that defines the name; lazy ones too
     assert ("tenure._worker._heartbeat", "tenure._store._lease") in edges
-    assert ("tenure._app", "tenure._worker._worker") in edges  # imported inside a method
+    # imported inside a method (the App's worker factory)
+    assert any(a.startswith("tenure._app") and b == "tenure._worker._worker" for a, b in edges)
     assert ("tenure._embedded._server", "tenure._embedded._spawn") in edges
 
 
@@ -281,7 +288,7 @@ def test_every_known_violation_is_still_there() -> None:
     assert not gone, f"no longer imported; delete from KNOWN_VIOLATIONS: {gone}"
     all_cycles = cycles(edges)
     for (a, b), branch in KNOWN_VIOLATIONS.items():
-        running_up = rank()[b] < rank()[a]
+        running_up = rank().get(b, -1) < rank().get(a, -1)
         in_a_circle = any(a in c and b in c for c in all_cycles)
         assert running_up or in_a_circle, f"{a} -> {b} ({branch}) breaks no rule: delete it"
 
