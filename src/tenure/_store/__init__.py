@@ -10,7 +10,7 @@ Module map (data flows top to bottom):
     _waitpoints   suspend, answer, expire
     _steps        fenced steps: a job's checkpoints, read and recorded under its token
     _maintenance  schedules, the job pruner, planner statistics
-    _journal      the journal writer's batches and what operators read
+    _reads        the read model: what operators read (and the journal's insert, pruning)
     _runs         pipeline runs and the transaction that moves one on
     _workers      the workers registry: register, stop, prune, list
     _store        Store: all of the above over one pool

@@ -282,7 +282,7 @@ class Worker:
         ]
 
     def _registration(self) -> WorkerRegistration:
-        from .. import __version__
+        from .._version import __version__
 
         return WorkerRegistration(
             name=self.name,
