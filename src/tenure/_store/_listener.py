@@ -18,6 +18,7 @@ from typing import Any, LiteralString, Self
 
 import psycopg
 
+from .._errors import StoreError
 from .._log import log_event
 from ._connection import MAX_RECONNECT_DELAY, QUERIES, connect_options
 
@@ -157,7 +158,7 @@ class Listener:
             async with asyncio.timeout(PROBE_TIMEOUT):
                 await self._probe(channel, payload)
                 await arrived
-        except (TimeoutError, psycopg.Error):
+        except (TimeoutError, psycopg.Error, StoreError):  # the probe is a store method
             return False
         finally:
             del self._probes[payload]

@@ -15,6 +15,7 @@ from ._connection import (
     as_jsonb,
     from_row,
     rows_of,
+    typed_errors,
 )
 from ._rows import (
     RunRow,
@@ -122,10 +123,12 @@ class RunStatements(StoreBase):
 
     @contextlib.asynccontextmanager
     async def transaction(self, timeout: float) -> AsyncIterator[RunTransaction]:
-        """One transaction in which no statement may run longer than ``timeout`` seconds."""
-        async with self._pool.connection() as conn, conn.transaction():
-            await rows_of(conn, "set_local_timeout", {"ms": max(1, round(timeout * 1000))})
-            yield RunTransaction(conn)
+        """One transaction in which no statement may run longer than ``timeout`` seconds.
+        A database error, in the caller's statements or at commit, is its tenure error."""
+        with typed_errors():
+            async with self._pool.connection() as conn, conn.transaction():
+                await rows_of(conn, "set_local_timeout", {"ms": max(1, round(timeout * 1000))})
+                yield RunTransaction(conn)
 
     async def get_run(self, run_id: int) -> RunRow | None:
         rows = await self._fetch("get_run", {"id": run_id})
