@@ -17,7 +17,6 @@ from ._connection import (
     last_used,
     readable,
     statement,
-    typed_method,
     typed_methods,
 )
 
@@ -31,7 +30,7 @@ class StoreBase:
     round trip before it is handed out when its socket shows the server hung up, or
     when it sat idle longer than ``check_idle``; a busy producer pays nothing for this.
 
-    Every coroutine method of every subclass (each group of statements) raises its
+    Every public coroutine method of every subclass (each group of statements) raises its
     database errors as tenure errors, verdict and all (`_connection.typed_method`, by
     `_errors.RULES`): the wait for a connection, the statements and the commit alike.
     """
@@ -113,6 +112,4 @@ class StoreBase:
             return cursor.rowcount
 
 
-# StoreBase's own: opening the pool (a server that cannot be reached) and running statements.
-for _name in ("open", "close", "_fetch", "_execute"):
-    setattr(StoreBase, _name, typed_method(getattr(StoreBase, _name)))
+typed_methods(StoreBase)  # its own: opening the pool (a server that cannot be reached), closing it

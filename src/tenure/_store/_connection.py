@@ -169,12 +169,13 @@ def typed_method(fn: F) -> F:
 
 
 def typed_methods(cls: type[T], *, sync: bool = False) -> type[T]:
-    """Wrap every coroutine method ``cls`` itself defines (and, with ``sync``, every plain
-    public one) with `typed_method`; dunder methods are left alone."""
+    """Wrap every public coroutine method ``cls`` itself defines (with ``sync``, every public
+    plain one too) with `typed_method`. Private ones are left alone: only the public ones
+    call them, so each call across the boundary passes exactly one wrapper."""
     for name, value in list(vars(cls).items()):
-        if name.startswith("__") or not inspect.isfunction(value):
+        if name.startswith("_") or not inspect.isfunction(value):
             continue
-        if inspect.iscoroutinefunction(value) or (sync and not name.startswith("_")):
+        if sync or inspect.iscoroutinefunction(value):
             setattr(cls, name, typed_method(value))
     return cls
 

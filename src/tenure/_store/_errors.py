@@ -156,7 +156,7 @@ def store_error(exc: BaseException, *, connecting: bool = False) -> TenureError 
         where += f", constraint {constraint}"
     says = rule.says
     if connecting or (sqlstate is None and isinstance(exc, psycopg.OperationalError)):
-        says += f": {one_line(exc)}"
+        says = one_line(exc)  # libpq's word: "connection failed: ... Connection refused"
     verdict = rule.verdict
     if connecting and verdict == "uncertain":
         verdict = "retry"

@@ -26,6 +26,7 @@ from ._connection import (
     FINISH_TIMEOUT,
     deadline,
     rows_of,
+    typed_errors,
 )
 from ._rows import (
     Cancellation,
@@ -118,7 +119,8 @@ class JobStatements(StoreBase):
 
     async def enqueue(self, job: NewJob) -> Job:
         try:
-            rows = await self._fetch("enqueue", job.params())
+            with typed_errors():  # the quota, as the tenure error it is, to catch here
+                rows = await self._fetch("enqueue", job.params())
         except QuotaExceeded:
             # A replay of a job already queued is answered, not refused: it takes no new slot.
             rows = await self._fetch("job_by_key", {"key": job.key, "tenant": job.tenant})
