@@ -20,7 +20,7 @@ import psycopg
 
 from .._errors import StoreError
 from .._log import log_event
-from ._connection import MAX_RECONNECT_DELAY, QUERIES, connect_options
+from ._connection import MAX_RECONNECT_DELAY, QUERIES, connect_options, typed
 
 logger = logging.getLogger("tenure.listener")
 
@@ -116,7 +116,7 @@ class Listener:
                     "listen_failed",
                     worker=self._name,
                     level=logging.DEBUG,
-                    error=type(exc).__name__,
+                    error=type(typed(exc, connecting=not self.connected.is_set())).__name__,
                 )
             self.connected.clear()
             await asyncio.sleep(pause)

@@ -9,12 +9,15 @@ own error kept as the cause (for the operator) and its SQLSTATE on the error.
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import threading
 from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tests.support.waiting import wait_until_async
 
 import tenure
 from tenure._errors import (
@@ -25,7 +28,8 @@ from tenure._errors import (
     DataRejected,
     StoreError,
 )
-from tenure._store import LeaseConnection, NewJob, Store, migrate
+from tenure._store import Finish, LeaseConnection, NewJob, Store, migrate
+from tenure.telemetry import Event, attach
 
 
 def make_app(dsn: str) -> tenure.App:
@@ -76,13 +80,22 @@ def with_options(dsn: str, extra: str) -> str:
     return make_conninfo("", **params)
 
 
+@pytest.mark.parametrize("call", ["get_job", "claim", "finish_many", "complete_waitpoint"])
 async def test_a_killed_connection_is_a_lost_connection_of_uncertain_outcome(
-    store: Store, tenure_dsn: str
+    store: Store, tenure_dsn: str, call: str
 ) -> None:
+    """What a caller reads, what the worker claims and commits, what an operator answers."""
     await store.db_now()  # the pool's one connection is up and idle
     assert terminate_tenure_backends(tenure_dsn) >= 1
     with pytest.raises(ConnectionLost) as caught:
-        await store.get_job(1)
+        if call == "get_job":
+            await store.get_job(1)
+        elif call == "claim":
+            await store.claim("w", {"fetch": 5000}, 1)
+        elif call == "finish_many":
+            await store.finish_many("w", [Finish(1, 1, "succeeded", result_json="{}")])
+        else:
+            await store.complete_waitpoint("0" * 64, "{}")
     no_driver_error(caught.value)
     assert caught.value.verdict == "uncertain"  # the statement may have been applied
     assert caught.value.sqlstate in (None, "57P01")
@@ -175,3 +188,42 @@ async def test_a_malformed_dsn_is_a_config_error_before_any_connection(dsn: str)
         finally:
             await app.aclose()
     assert caught.value.__cause__ is None and caught.value.__context__ is None
+
+
+async def test_a_worker_whose_connections_are_all_killed_finishes_its_job(
+    tenure_dsn: str,
+) -> None:
+    """The worker's claims, heartbeats, LISTEN and commit all lose their link at once; it
+    goes on, and what it reports of the errors names tenure's types, never psycopg's."""
+    app = tenure.App(tenure_dsn)
+    release = threading.Event()
+
+    @app.tool("hold", lease=5, heartbeat=1, jitter=1)
+    def hold(ctx: tenure.Context) -> str:
+        release.wait(30)
+        return "held"
+
+    events: list[Event] = []
+    detach = attach(events.append)
+    worker = app.worker(concurrency=1, poll_interval=0.1)
+    running = asyncio.create_task(worker.run(handle_signals=False))
+    try:
+        job = await app.enqueue("hold", {})
+
+        async def started() -> bool:
+            return (await app.get(job.id)).state == "running"
+
+        await wait_until_async(started, timeout=30, message="the job never started")
+        assert terminate_tenure_backends(tenure_dsn) >= 3  # pool, heartbeat, listener
+        release.set()
+        assert await app.wait(job.id, timeout=60) == "held"
+        assert not running.done()
+    finally:
+        release.set()
+        worker.stop()
+        await running
+        detach()
+        await app.aclose()
+    named = {str(e.fields["error"]) for e in events if "error" in e.fields}
+    drivers = {"OperationalError", "InterfaceError", "DatabaseError", "AdminShutdown"}
+    assert "ConnectionLost" in named and not named & drivers, named
