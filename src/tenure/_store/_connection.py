@@ -146,7 +146,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 def typed_method(fn: F) -> F:
     """``fn`` (a coroutine function or a plain one) raising its database errors as tenure
     errors (`typed_errors`): the one wrapping point of the store's boundary, applied to
-    every method of every group of statements (`StoreBase.__init_subclass__`)."""
+    every public method of every group of statements (`StoreBase.__init_subclass__`), of
+    `RunTransaction` and of `LeaseConnection`."""
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)

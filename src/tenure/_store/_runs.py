@@ -16,6 +16,7 @@ from ._connection import (
     from_row,
     rows_of,
     typed_errors,
+    typed_methods,
 )
 from ._rows import (
     RunRow,
@@ -114,6 +115,9 @@ class RunTransaction:
     async def retry_job(self, job_id: int) -> bool:
         """Queue a failed job again with one more attempt (an outbox delivery re-sent)."""
         return bool(await rows_of(self._conn, "retry_job", {"id": job_id}))
+
+
+typed_methods(RunTransaction)  # each statement's error is typed inside the caller's block
 
 
 class RunStatements(StoreBase):
