@@ -31,8 +31,6 @@ from typing import (
     overload,
 )
 
-import psycopg
-
 from ._dsn import check_dsn, dsn_from_environment
 from ._errors import (
     ConfigError,
@@ -44,6 +42,7 @@ from ._errors import (
     PayloadError,
     PolicyError,
     RunFailed,
+    StoreError,
     UnknownTool,
     WaitTimeout,
     one_line,
@@ -72,7 +71,6 @@ from ._run_watch import RunEvent, follow_run
 from ._search import JobPage, SearchFilters, job_search, page_of
 from ._signature import load_result
 from ._store import (
-    CONNECT_OPTIONS,
     EventQuery,
     JobDetail,
     JobWaitpoint,
@@ -81,6 +79,7 @@ from ._store import (
     Store,
     WorkerInfo,
     migrate,
+    probe,
 )
 from ._waiting import Deadline, Waiters, reread
 from ._waitpoint import answer_json, token_hash
@@ -929,8 +928,7 @@ class App:
         """The store, once one plain connection got through: a refused or silent server
         fails within libpq's connect timeout, not after the pool's retries."""
         dsn = await asyncio.to_thread(lambda: self.dsn)  # may start the embedded server
-        probe = await psycopg.AsyncConnection.connect(dsn, **CONNECT_OPTIONS)
-        await probe.close()
+        await probe(dsn)
         return await self._store()
 
     async def verify_schema(self) -> None:
@@ -1005,7 +1003,7 @@ class App:
 
         try:
             store = await self._probed_store()
-        except (psycopg.Error, OSError) as exc:
+        except (StoreError, OSError) as exc:
             return [Check("connectivity", "fail", f"{type(exc).__name__}: {one_line(exc)}")]
         checks: list[Check] = []
         for label, run in doctor_steps(store, self if check_tools else None):

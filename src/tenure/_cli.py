@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
-import psycopg
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
@@ -1095,7 +1094,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     except KeyboardInterrupt:
         return 130
-    except (TenureError, OSError, psycopg.Error) as exc:
+    except (TenureError, OSError) as exc:  # a database error is a StoreError
         if args.debug:
             raise
         print(_error(exc), file=sys.stderr)

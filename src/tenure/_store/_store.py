@@ -5,8 +5,8 @@ module of its own along the SQL files it runs (jobs, waitpoints, maintenance,
 the read model, runs, workers, steps); `LeaseConnection` is the heartbeat thread's own synchronous
 connection, kept apart on purpose so that a blocked event loop cannot stop
 heartbeats; `Listener` is the LISTEN connection. Typed parameters go in and
-frozen rows come out (`tenure._store._rows`); psycopg errors that mean "bad
-input" become tenure errors here and nowhere else.
+frozen rows come out (`tenure._store._rows`); every database error becomes a
+tenure error (a StoreError with its verdict) here and nowhere else.
 """
 
 from __future__ import annotations

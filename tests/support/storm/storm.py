@@ -30,10 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import psycopg
-
 from tenure._chaos._harness import wait_for
 from tenure._chaos._history import read_history
+from tenure._errors import StoreError
 
 from .checker import Evidence, Fault, Report, check
 from .harness import (
@@ -375,7 +374,7 @@ class Enqueuer(threading.Thread):
                     app.enqueue_sync(TOOL, payloads[0], idempotency_key=keys[0])
                 else:
                     app._sync(app.enqueue_many(TOOL, payloads, idempotency_keys=keys))
-            except (psycopg.Error, OSError, TimeoutError):
+            except (StoreError, OSError, TimeoutError):  # tenure's errors, never psycopg's
                 self.errors += 1
                 if time.monotonic() > give_up:
                     return  # never acknowledged: the checker does not expect these
