@@ -51,10 +51,9 @@ from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
 from ._policy import LeasePolicy, RetryPolicy, ToolPolicy
 from ._run_watch import RunEvent
 from ._search import JobPage
+from ._version import __version__ as __version__
 from ._waitpoint import Suspend, Waitpoint
 from ._worker._worker import Worker
-
-__version__ = "0.1.0"
 
 __all__ = [
     "App",

@@ -42,7 +42,7 @@ from ._errors import ConfigError
 from ._job import Job
 from .examples.case_service import effects_summary
 
-FROZEN = {  # where a staged freeze stops a worker (see _demo_app)
+FROZEN = {  # where a staged freeze stops a worker (see _demo_workers)
     "at_start": "at the start of",
     "before_request": "after its last ownership check, before the request of",
     "before_commit": "with its work done, before the commit of",
@@ -129,7 +129,7 @@ class _Demo:
     and the report. Nothing starts before `start`, so whoever made it can register
     `close` first: a signal while the workers start leaves none behind."""
 
-    worker_app = "tenure._demo_app:app"
+    worker_app = "tenure._demo_workers:app"
 
     def __init__(self, dsn: str, receiver: _Receiver, jobs: int, workers: int) -> None:
         self.dsn = dsn
@@ -146,7 +146,7 @@ class _Demo:
         self._closed = False
 
     def producer(self) -> App:
-        from ._demo_app import app
+        from ._demo_workers import app
 
         return app
 
@@ -571,7 +571,7 @@ def run_pipeline_demo(
     if not 1 <= runs <= 200 or not 2 <= workers <= 16:
         print("tenure: error: the pipeline demo needs 1-200 runs and 2-16 workers", file=sys.stderr)
         return 2
-    from .examples.review_demo import ReviewDemo
+    from .examples.review_sigkill import ReviewDemo
 
     with _cleanup() as cleanup:
         dsn, tracker, _ = _setting(cleanup, dsn, PIPELINE_DEMO_DB, TRACKER_DB, "tracker")
@@ -649,7 +649,7 @@ class _AgentDemo(_Demo):
     once with its run's worker SIGKILLed in the middle of the run (a function tool under
     way) and the worker of its tool's child job SIGKILLed in the middle of the call."""
 
-    worker_app = "tenure._demo_agent_app:app"
+    worker_app = "tenure._demo_agent_workers:app"
     PROMPT = "Customer c-4711 reports an invoice discrepancy."
 
     def __init__(self, dsn: str, receiver: _Receiver, answers: Path, workers: int) -> None:
@@ -658,7 +658,7 @@ class _AgentDemo(_Demo):
         self.killed: list[str] = []
 
     def producer(self) -> App:
-        from ._demo_agent_app import app
+        from ._demo_agent_workers import app
 
         return app
 

@@ -45,7 +45,9 @@ A StoreError's verdict comes from one table in the store (``_store/_errors.py``,
 by SQLSTATE, class and psycopg type): ``retry`` (the statement was rolled back
 and may pass if sent again), ``fail`` (sending it again cannot help) or
 ``uncertain`` (no answer came: it may or may not have been applied, so read
-before repeating it). A constraint violation is never uncertain.
+before repeating it). A constraint violation is never uncertain. Whatever reaches
+tenure's database raises these, never psycopg's own: psycopg's error is the
+``__cause__`` and its SQLSTATE the error's ``sqlstate``.
 """
 
 from __future__ import annotations
@@ -246,7 +248,8 @@ class ConnectionLost(DatabaseUnavailable):
     """The connection to the database broke before the statement answered: the server
     restarted or shut down, the network cut the link, or no connection could be had.
     A read may simply be tried again (`App.wait` and `App.watch` do, for a while); for a
-    write, whether it happened is unknown until the row is read."""
+    write, whether it happened is unknown until the row is read (verdict ``uncertain``),
+    unless no connection was had at all, so nothing was sent (verdict ``retry``)."""
 
 
 class DatabaseBusy(StoreError):

@@ -6,16 +6,12 @@ import difflib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
+from typing import Any, Protocol, TypeGuard
 
 from ._errors import PolicyError
 from ._payload import MAX_PAYLOAD_BYTES
 from ._policy import ToolPolicy
 from ._signature import Contract, build_contract
-
-if TYPE_CHECKING:
-    from ._maintenance._scheduler import Schedule
-    from ._store import NewJob
 
 TOOL_NAME_MAX = 200
 CONCURRENCY_KEY_MAX = 500
@@ -219,7 +215,9 @@ class ToolRegistry(Protocol):
     limits and schedules, the signing key, the database, and how a call becomes a job.
 
     `tenure.App` builds one (``app.registry``); the layers below it see only this, never
-    the App, so they cannot reach its client, its admin or its connections.
+    the App, so they cannot reach its client, its admin or its connections. The base
+    layer cannot name the schedule (``_maintenance``) or the job (``_store``) types, so
+    those members are typed loosely here; `tenure._app.Registry` types them.
     """
 
     @property
@@ -229,7 +227,9 @@ class ToolRegistry(Protocol):
     def limits(self) -> ConcurrencyLimits: ...
 
     @property
-    def schedules(self) -> Mapping[str, Schedule]: ...
+    def schedules(self) -> Mapping[str, Any]:
+        """Each `Schedule` by its name."""
+        ...
 
     @property
     def signing_key(self) -> bytes | None: ...
@@ -238,11 +238,11 @@ class ToolRegistry(Protocol):
     def dsn(self) -> str: ...
 
     @property
-    def new_job(self) -> Callable[..., NewJob]:
-        """How a call of a tool becomes the job to write (`Registry.new_job`: the payload
-        checked against its signature, its policy, limits and quota applied)."""
+    def new_job(self) -> Callable[..., Any]:
+        """How a call of a tool becomes the `NewJob` to write (`Registry.new_job`: the
+        payload checked against its signature, its policy, limits and quota applied)."""
         ...
 
-    def schedule_job(self, schedule: Schedule, key: str) -> NewJob:
-        """The job of one slot of ``schedule``."""
+    def schedule_job(self, schedule: Any, key: str) -> Any:
+        """The `NewJob` of one slot of a `Schedule`."""
         ...

@@ -9,6 +9,7 @@ import psycopg_pool
 import pytest
 
 from tenure._errors import (
+    ConnectionLost,
     ConstraintViolation,
     DatabaseBusy,
     DatabaseUnavailable,
@@ -66,9 +67,10 @@ def test_a_constraint_violation_is_never_uncertain() -> None:
         ("57014", DatabaseBusy, "retry"),  # statement_timeout: rolled back
         ("53300", DatabaseBusy, "retry"),  # too many connections
         ("25006", DatabaseBusy, "retry"),  # a standby refuses writes (failover)
-        ("08006", DatabaseUnavailable, "uncertain"),
-        ("57P01", DatabaseUnavailable, "uncertain"),  # admin shutdown mid-statement
-        ("57P02", DatabaseUnavailable, "uncertain"),
+        ("08006", ConnectionLost, "uncertain"),
+        ("57P01", ConnectionLost, "uncertain"),  # admin shutdown mid-statement
+        ("57P02", ConnectionLost, "uncertain"),
+        ("57P03", ConnectionLost, "retry"),  # cannot connect now: nothing was sent
         ("40003", DatabaseUnavailable, "uncertain"),  # statement completion unknown
     ],
 )
@@ -81,9 +83,9 @@ def test_the_table_says(sqlstate: str, kind: type[StoreError], verdict: str) -> 
 
 def test_errors_without_a_sqlstate_match_by_type() -> None:
     cases: list[tuple[BaseException, type[StoreError], str]] = [
-        (psycopg.OperationalError("server closed"), DatabaseUnavailable, "uncertain"),
+        (psycopg.OperationalError("server closed"), ConnectionLost, "uncertain"),
         (psycopg.InterfaceError("the connection is closed"), DatabaseUnavailable, "uncertain"),
-        (psycopg_pool.PoolTimeout("couldn't get a connection"), DatabaseBusy, "retry"),
+        (psycopg_pool.PoolTimeout("couldn't get a connection"), ConnectionLost, "retry"),
         (psycopg_pool.PoolClosed("the pool is closed"), DatabaseUnavailable, "uncertain"),
         (TimeoutError(), DatabaseUnavailable, "uncertain"),
         (ConnectionResetError(), DatabaseUnavailable, "uncertain"),
@@ -133,3 +135,22 @@ def test_the_table_is_unambiguous() -> None:
             assert len(rule.match) in (2, 5), rule
             if rule.match in psycopg.errors._sqlcodes:  # each exact rule is the one it finds
                 assert rule_for(raised(rule.match)) is rule
+
+
+def test_an_error_while_connecting_is_retried_and_says_what_libpq_said() -> None:
+    """No statement was sent, so a missing answer is ``retry``; libpq's own line names the
+    host and what failed (never a statement's values), which is what an operator fixes."""
+    exc = psycopg.OperationalError(
+        'connection failed: connection to server at "127.0.0.1", port 1 failed: '
+        "Connection refused\n\tIs the server running on that host?"
+    )
+    error = store_error(exc, connecting=True)
+    assert isinstance(error, ConnectionLost) and error.verdict == "retry"
+    assert "Connection refused" in str(error) and "\n" not in str(error)
+    refused = store_error(
+        raised("28P01", 'password authentication failed for user "x"'), connecting=True
+    )
+    assert isinstance(refused, PermissionDenied) and refused.verdict == "fail"
+    assert "password authentication failed" in str(refused)
+    # Mid-statement, the same loss is uncertain: the statement may have been applied.
+    assert verdict_of(exc) == "uncertain"

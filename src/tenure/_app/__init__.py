@@ -21,7 +21,7 @@ chaos, integrations) reach the database through the client and the admin.
 
 from ._admin import NO_SCHEMA, Admin
 from ._client import MAX_TOKEN, MAX_WAIT, Client
-from ._connection import fresh_database
+from ._connection import fresh_database, server_address
 from ._face import App
 from ._load import load_app
 from ._registry import MAX_KEY_LENGTH, MAX_PRIORITY, Registry, check_retain
@@ -42,4 +42,5 @@ __all__ = [
     "check_retain",
     "fresh_database",
     "load_app",
+    "server_address",
 ]

@@ -9,9 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Unpack
 
-import psycopg
-
-from .._errors import ConfigError, Conflict, JobNotFound, PolicyError, one_line
+from .._errors import ConfigError, Conflict, JobNotFound, PolicyError, StoreError, one_line
 from .._job import Job
 from .._search import JobPage, SearchFilters, job_search, page_of
 from .._store import EventQuery, JobDetail, JobWaitpoint, JournalEntry, WorkerInfo, migrate
@@ -151,7 +149,7 @@ class Admin:
 
         try:
             store = await self._connection.probed_store()
-        except (psycopg.Error, OSError) as exc:
+        except (StoreError, OSError) as exc:
             return [Check("connectivity", "fail", f"{type(exc).__name__}: {one_line(exc)}")]
         checks: list[Check] = []
         for label, run in doctor_steps(store, self._registry if check_tools else None):

@@ -8,16 +8,16 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-import psycopg
-
 from .._dsn import check_dsn
 from .._errors import ConfigError
-from .._store import CONNECT_OPTIONS, Store, fresh_database, migrate
+from .._store import Store, fresh_database, migrate, probe, server_address
 from .._waiting import Waiters
 
 T = TypeVar("T")
 
-__all__ = ["Connection", "fresh_database"]  # fresh_database: the demo's own databases
+# For the front ends that need a server itself: the demo its own databases, the chaos
+# run its fault proxy's upstream.
+__all__ = ["Connection", "fresh_database", "server_address"]
 
 CHECK_IDLE = 30.0  # a producer's pooled connection idle longer is checked before use
 
@@ -107,8 +107,7 @@ class Connection:
         """The store, once one plain connection got through: a refused or silent server
         fails within libpq's connect timeout, not after the pool's retries."""
         dsn = await asyncio.to_thread(lambda: self.dsn)  # may start the embedded server
-        probe = await psycopg.AsyncConnection.connect(dsn, **CONNECT_OPTIONS)
-        await probe.close()
+        await probe(dsn)
         return await self.store()
 
     async def waiters(self) -> Waiters:

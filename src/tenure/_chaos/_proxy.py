@@ -79,11 +79,11 @@ _Item = tuple[float, bytes | _End]
 
 
 def server_address(dsn: str) -> tuple[str, int]:
-    """Where ``dsn`` connects: (host or Unix socket dir, port), asked from a live connection."""
-    import psycopg
+    """Where ``dsn`` connects: (host or Unix socket dir, port), asked from a live connection
+    (the store's, through the App's package: a failure is a StoreError, never psycopg's own)."""
+    from .._app import server_address as asked
 
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        return conn.info.host, conn.info.port
+    return asked(dsn)
 
 
 def rewrite_dsn(dsn: str, host: str, port: int) -> str:

@@ -9,8 +9,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-import psycopg
-
 from .._app import App
 from .._errors import ConfigError, TenureError
 from .._log import configure_logging
@@ -83,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     except KeyboardInterrupt:
         return 130
-    except (TenureError, OSError, psycopg.Error) as exc:
+    except (TenureError, OSError) as exc:  # a database error is a StoreError
         if args.debug:
             raise
         print(_error(exc), file=sys.stderr)

@@ -19,9 +19,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Self
 
-import psycopg
-
-from .._errors import PolicyError
+from .._errors import PolicyError, StoreError
 from .._log import log_event
 
 Range = tuple[str, object, float, float]  # setting, value, lowest, highest
@@ -122,7 +120,7 @@ class Service:
         while True:
             try:
                 await self.run_once()
-            except (psycopg.Error, TimeoutError) as exc:
+            except (StoreError, TimeoutError) as exc:
                 self.failures += 1
                 log_event(
                     self.logger, self.failed_event, level=logging.WARNING, error=type(exc).__name__

@@ -33,8 +33,6 @@ import logging
 import time
 from dataclasses import dataclass
 
-import psycopg
-
 from .._log import log_event
 from .._store import JobsStatistics, Store
 from ._service import Service, check_ranges
@@ -99,10 +97,8 @@ class StatisticsKeeper(Service):
             return False
         started = time.monotonic()
         timeout_ms = round(self.config.statement_timeout * 1000)
-        try:
-            analyzed = await self._store.analyze_jobs(timeout_ms)
-        except psycopg.errors.QueryCanceled:
-            analyzed = False  # behind a long lock (autovacuum's own pass); next look decides
+        # False also behind a long lock (autovacuum's own pass): the next look decides.
+        analyzed = await self._store.analyze_jobs(timeout_ms)
         if analyzed:
             log_event(
                 logger,

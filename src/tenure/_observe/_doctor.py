@@ -18,10 +18,8 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import psycopg
-
 from .._embedded import servers_in_use, usage_notice
-from .._errors import PolicyError
+from .._errors import PolicyError, StoreError, one_line
 from .._policy import LeasePolicy
 from .._store import Store, known_migrations
 
@@ -206,8 +204,8 @@ async def check_indexes(store: Store, registry: ToolRegistry | None) -> list[Che
     for statement, intended in INTENDED_PLANS.items():
         try:
             used, scanned = query_plan_scans(await store.explain(statement, params[statement]))
-        except psycopg.Error as exc:
-            error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        except StoreError as exc:
+            error = f"{type(exc).__name__}: {one_line(exc)}"
             checks.append(Check(f"query plan {statement}", "fail", error))
             continue
         lacking = [name for name in intended if name not in used]

@@ -21,9 +21,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 
-import psycopg
-
-from .._errors import ConfigError
+from .._errors import ConfigError, StoreError
 from .._log import Event, log_event
 from .._store import JournalRow, Store
 from ._events import EVENTS, WRITER_KINDS
@@ -184,7 +182,7 @@ class JournalWriter:
             self._wake.clear()
             try:
                 await self.flush()
-            except (psycopg.Error, TimeoutError) as exc:
+            except (StoreError, TimeoutError) as exc:
                 if not self._failing:
                     self._failing = True
                     log_event(

@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import psycopg
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .._errors import StoreError
 from .._log import Event
 from ._events import EVENTS, JOURNAL_KINDS
 
@@ -355,7 +355,7 @@ class DatabaseGauges(Collector):
                     self._after = await store.journal_head()
                 else:
                     fresh = await store.journal_counts_since(self._after, self._cap)
-        except psycopg.Error:
+        except StoreError:
             self._down(started)
             return
         with self._lock:

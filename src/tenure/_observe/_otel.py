@@ -45,11 +45,11 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
-from .. import __version__
 from .._errors import ConfigError
 from .._job import Enqueued, Job
 from .._log import Event, attach
 from .._store import ClaimedJob, Finish, NewJob
+from .._version import __version__
 from . import _tracing
 from ._tracing import Carrier
 

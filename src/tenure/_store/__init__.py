@@ -10,7 +10,7 @@ Module map (data flows top to bottom):
     _waitpoints   suspend, answer, expire
     _steps        fenced steps: a job's checkpoints, read and recorded under its token
     _maintenance  schedules, the job pruner, planner statistics
-    _journal      the journal writer's batches and what operators read
+    _reads        the read model: what operators read (and the journal's insert, pruning)
     _runs         pipeline runs and the transaction that moves one on
     _workers      the workers registry: register, stop, prune, list
     _store        Store: all of the above over one pool
@@ -24,7 +24,10 @@ Module map (data flows top to bottom):
     migrations/   0001_jobs.sql ...: the only way tenure's tables are made
     schema.sql    what the migrations add up to, for reading (a test keeps it equal)
 
-Everything above the store imports from this package, never from its modules.
+Everything above the store imports from this package, never from its modules, and never
+sees a psycopg error: every method of `Store`, `LeaseConnection`, `migrate`, `probe` and
+`fresh_database` raises tenure's own (`tenure._errors`: a StoreError with its verdict, or
+QuotaExceeded), the database's error kept as ``__cause__`` (see `_errors`).
 """
 
 from ._connection import (
@@ -39,6 +42,8 @@ from ._connection import (
     known_migrations,
     migrate,
     prepared_statements,
+    probe,
+    server_address,
 )
 from ._errors import RULES, store_error
 from ._lease import LeaseConnection
@@ -139,5 +144,7 @@ __all__ = [
     "known_migrations",
     "migrate",
     "prepared_statements",
+    "probe",
+    "server_address",
     "store_error",
 ]

@@ -17,7 +17,7 @@ from ._connection import (
     last_used,
     readable,
     statement,
-    typed_errors,
+    typed_methods,
 )
 
 
@@ -29,7 +29,15 @@ class StoreBase:
     fails on a connection that died meanwhile. So a connection is checked with one
     round trip before it is handed out when its socket shows the server hung up, or
     when it sat idle longer than ``check_idle``; a busy producer pays nothing for this.
+
+    Every public coroutine method of every subclass (each group of statements) raises its
+    database errors as tenure errors, verdict and all (`_connection.typed_method`, by
+    `_errors.RULES`): the wait for a connection, the statements and the commit alike.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        typed_methods(cls)
 
     def __init__(
         self,
@@ -92,22 +100,16 @@ class StoreBase:
         """Rows of a named statement. ``prepare=False`` plans it with this call's values
         every time (for statements whose absent filters must fold away, never a generic plan)."""
         async with self._pool.connection() as conn:
-            with deadline(conn, timeout), typed_errors():
+            with deadline(conn, timeout):
                 cursor = await conn.cursor(row_factory=dict_row).execute(
                     statement(name), params, prepare=prepare
                 )
                 return await cursor.fetchall() if cursor.description else []
 
-    async def _fetch_typed(
-        self, name: str, params: dict[str, Any], timeout: float | None = None
-    ) -> list[dict[str, Any]]:
-        """`_fetch`, with every database error (the wait for a connection included) raised
-        as its StoreError, verdict and all (`_errors.RULES`)."""
-        with typed_errors(every=True):
-            return await self._fetch(name, params, timeout)
-
     async def _execute(self, name: str, params: dict[str, Any]) -> int:
         async with self._pool.connection() as conn:
-            with typed_errors():
-                cursor = await conn.execute(statement(name), params)
+            cursor = await conn.execute(statement(name), params)
             return cursor.rowcount
+
+
+typed_methods(StoreBase)  # its own: opening the pool (a server that cannot be reached), closing it

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import os
 import select
 import socket
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import fields
-from typing import Any, LiteralString, TypeVar
+from typing import Any, LiteralString, TypeVar, cast
 
 import psycopg
 from psycopg import sql
@@ -28,7 +30,7 @@ from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 
 from .._dsn import check_dsn as check_dsn
-from .._errors import ConfigError, ConnectionLost, QuotaExceeded
+from .._errors import ConfigError, TenureError
 from ._errors import store_error
 from ._migrate import discover
 from ._migrate import migrate as apply_migrations
@@ -96,7 +98,9 @@ def known_migrations() -> dict[int, str]:
 def migrate(dsn: str) -> list[int]:
     """Apply tenure's pending migrations; safe to run twice and concurrently. A role that
     may not create tables gets a ConfigError saying who may, unless nothing is pending."""
-    with psycopg.connect(check_dsn(dsn), autocommit=True, **CONNECT_OPTIONS) as conn:
+    with typed_errors(connecting=True):
+        conn = psycopg.connect(check_dsn(dsn), autocommit=True, **CONNECT_OPTIONS)
+    with conn, typed_errors():
         try:
             return apply_migrations(conn, MIGRATIONS_PACKAGE, MIGRATIONS_TABLE, MIGRATION_LOCK)
         except psycopg.errors.InsufficientPrivilege:
@@ -117,55 +121,73 @@ async def rows_of(
     return await cursor.fetchall() if cursor.description else []
 
 
-@contextlib.contextmanager
-def typed_errors(*, every: bool = False) -> Iterator[None]:
-    """Database errors as tenure errors, by the one table (`_errors.RULES`).
+def typed(exc: psycopg.Error, *, connecting: bool = False) -> TenureError:
+    """The tenure error for a database error by the one table (`_errors.RULES`), its verdict
+    included (``connecting``: see `store_error`)."""
+    error = store_error(exc, connecting=connecting)
+    assert error is not None  # every psycopg error has a rule (DEFAULT at worst)
+    return error
 
-    By default only the errors tenure's own SQL raises on purpose (the tenant quota) are
-    turned into tenure errors and the rest pass through as psycopg raised them; with
-    ``every`` each one becomes its StoreError, verdict and all. (Statements move to
-    ``every`` caller by caller: their callers catch the tenure types instead.)
-    """
+
+@contextlib.contextmanager
+def typed_errors(*, connecting: bool = False) -> Iterator[None]:
+    """Every database error raised inside, as its tenure error (a StoreError with its
+    verdict, or QuotaExceeded), the database's own error kept as ``__cause__``. Anything
+    else (a tenure error, a bug, a cancel) passes through as it is."""
     try:
         yield
     except psycopg.Error as exc:
-        error = store_error(exc)
-        if isinstance(error, QuotaExceeded):
-            raise error from None
-        if every and error is not None:
-            raise error from exc
-        raise
+        raise typed(exc, connecting=connecting) from exc
 
 
-# The server going away under a session: admin_shutdown, crash_shutdown, cannot_connect_now
-# (class 57P), besides every connection exception (class 08).
-GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def connection_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` says the connection broke rather than that the statement failed:
-    libpq lost the link or could not make one (no SQLSTATE: the socket closed, the
-    connect failed, the pool had no connection to give), a connection exception, or
-    the server shutting down or still starting."""
-    if not isinstance(exc, psycopg.OperationalError):
-        return False
-    state = exc.sqlstate
-    return state is None or state.startswith("08") or state in GONE_SQLSTATES
+def typed_method(fn: F) -> F:
+    """``fn`` (a coroutine function or a plain one) raising its database errors as tenure
+    errors (`typed_errors`): the one wrapping point of the store's boundary, applied to
+    every public method of every group of statements (`StoreBase.__init_subclass__`), of
+    `RunTransaction` and of `LeaseConnection`."""
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except psycopg.Error as exc:
+                raise typed(exc) from exc
+
+        return cast(F, run)
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except psycopg.Error as exc:
+            raise typed(exc) from exc
+
+    return cast(F, call)
 
 
-@contextlib.contextmanager
-def lost_connection() -> Iterator[None]:
-    """A broken connection, as the tenure error callers catch (`ConnectionLost`); any
-    other database error goes on as it is. Around reads that a caller may simply repeat
-    (what a waiter reads)."""
-    try:
-        yield
-    except psycopg.OperationalError as exc:
-        if connection_lost(exc):
-            raise ConnectionLost(
-                f"the database connection was lost before it answered ({type(exc).__name__})"
-            ) from exc
-        raise
+def typed_methods(cls: type[T], *, sync: bool = False) -> type[T]:
+    """Wrap every public coroutine method ``cls`` itself defines (with ``sync``, every public
+    plain one too) with `typed_method`. Private ones are left alone: only the public ones
+    call them, so each call across the boundary passes exactly one wrapper."""
+    for name, value in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.isfunction(value):
+            continue
+        if sync or inspect.iscoroutinefunction(value):
+            setattr(cls, name, typed_method(value))
+    return cls
+
+
+async def probe(dsn: str) -> None:
+    """Open one plain connection and close it: a refused or silent server fails within
+    libpq's connect timeout (as a StoreError whose verdict is ``retry``: nothing was sent),
+    not after a pool's retries."""
+    with typed_errors(connecting=True):
+        conn = await psycopg.AsyncConnection.connect(check_dsn(dsn), **CONNECT_OPTIONS)
+        await conn.close()
 
 
 def as_jsonb(text: str | None) -> Jsonb | None:
@@ -248,11 +270,22 @@ def shutdown_socket(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
         sock.close()
 
 
+def server_address(dsn: str) -> tuple[str, int]:
+    """Where ``dsn`` connects: (host or Unix socket dir, port), asked from a live connection
+    (a fault proxy's upstream)."""
+    with typed_errors(connecting=True):
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+    with conn, typed_errors():
+        return conn.info.host, conn.info.port
+
+
 def fresh_database(server_dsn: str, name: str) -> str:
     """Drop and create database ``name`` on the server of ``server_dsn`` (the demo's own
     databases); its DSN. Identifiers cannot be bound parameters, so the name is quoted
     as one (psycopg.sql.Identifier), never formatted in."""
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
+    with typed_errors(connecting=True):
+        conn = psycopg.connect(server_dsn, autocommit=True)
+    with conn, typed_errors():
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )

@@ -19,6 +19,15 @@ unmatched is a StatementFailed that fails. `store_error` applies it.
 
 The tenant quota (SQLSTATE ``TQ001``, raised by ``tenure_place``) is a row here too; it
 becomes the public QuotaExceeded.
+
+A broken link is a ConnectionLost (a DatabaseUnavailable): ``uncertain`` when a statement
+was in flight, ``retry`` when there was no connection to send it on (the pool found none
+in time, the server refused connections while starting or stopping, or `typed_errors`
+says the error came while connecting). Waiters read again after either.
+
+Who applies it: `_connection.typed_errors` and `typed_method`, which `StoreBase` puts
+around every method of every group of statements, and the heartbeat's and the listener's
+own connections, migrations and probes: nothing above the store sees a psycopg error.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import psycopg
 import psycopg_pool
 
 from .._errors import (
+    ConnectionLost,
     ConstraintViolation,
     DatabaseBusy,
     DatabaseUnavailable,
@@ -40,6 +50,7 @@ from .._errors import (
     StatementFailed,
     StoreError,
     TenureError,
+    one_line,
 )
 
 # Raised by tenure_place (migration 0005) when an enqueue would pass its tenant's quota.
@@ -65,17 +76,19 @@ RULES: tuple[Rule, ...] = (
     R("55006", DatabaseBusy, "retry", "object in use"),
     R("57014", DatabaseBusy, "retry", "statement cancelled (a statement timeout)"),
     R("53", DatabaseBusy, "retry", "insufficient resources"),
-    R("57P03", DatabaseBusy, "retry", "the server is starting up or shutting down"),
     R("25006", DatabaseBusy, "retry", "read-only transaction (a standby, or a failover)"),
-    R(psycopg_pool.PoolTimeout, DatabaseBusy, "retry", "no connection was free in time"),
+    # No connection to send it on (the server refuses connections while it starts or stops;
+    # the pool found none in time, as while the server is away): nothing was sent.
+    R("57P03", ConnectionLost, "retry", "the server is starting up or shutting down"),
+    R(psycopg_pool.PoolTimeout, ConnectionLost, "retry", "no connection could be had in time"),
     # -- no answer: it may or may not have been applied -------------------------------------
-    R("08", DatabaseUnavailable, "uncertain", "connection failure"),
-    R("57P01", DatabaseUnavailable, "uncertain", "the server terminated the connection"),
-    R("57P02", DatabaseUnavailable, "uncertain", "the server crashed"),
-    R("57P05", DatabaseUnavailable, "uncertain", "the session timed out idle"),
+    R("08", ConnectionLost, "uncertain", "connection failure"),
+    R("57P01", ConnectionLost, "uncertain", "the server terminated the connection"),
+    R("57P02", ConnectionLost, "uncertain", "the server crashed"),
+    R("57P05", ConnectionLost, "uncertain", "the session timed out idle"),
     R("40003", DatabaseUnavailable, "uncertain", "statement completion unknown"),
     R(psycopg_pool.PoolClosed, DatabaseUnavailable, "uncertain", "the pool is closed"),
-    R(psycopg.OperationalError, DatabaseUnavailable, "uncertain", "the connection was lost"),
+    R(psycopg.OperationalError, ConnectionLost, "uncertain", "the database connection failed"),
     R(psycopg.InterfaceError, DatabaseUnavailable, "uncertain", "the connection is unusable"),
     R(TimeoutError, DatabaseUnavailable, "uncertain", "no answer before the deadline"),
     R(OSError, DatabaseUnavailable, "uncertain", "the network failed"),
@@ -115,12 +128,17 @@ def rule_for(exc: BaseException) -> Rule | None:
     return DEFAULT if isinstance(exc, psycopg.Error) else None
 
 
-def store_error(exc: BaseException) -> TenureError | None:
+def store_error(exc: BaseException, *, connecting: bool = False) -> TenureError | None:
     """The tenure error for ``exc`` by `RULES`: a StoreError (or QuotaExceeded) carrying
     its verdict; a StoreError passes through as it is; None for no database error.
 
     The message names the rule and the SQLSTATE, never the database's own text (it can
-    quote the values a statement carried); that error stays reachable as the cause.
+    quote the values a statement carried); that error stays reachable as the cause. The
+    one exception is libpq's own word on a connection (``connecting``: the error came
+    while one was opened, or a connection error without a SQLSTATE): it names the host
+    and what failed, never a statement's values, and says what to fix ("Connection
+    refused", "password authentication failed"). ``connecting`` also makes a missing
+    answer ``retry``: no statement was sent.
     """
     if isinstance(exc, StoreError):
         return exc
@@ -136,8 +154,14 @@ def store_error(exc: BaseException) -> TenureError | None:
     where = f"SQLSTATE {sqlstate}" if sqlstate else type(exc).__name__
     if constraint:
         where += f", constraint {constraint}"
+    says = rule.says
+    if connecting or (sqlstate is None and isinstance(exc, psycopg.OperationalError)):
+        says = one_line(exc)  # libpq's word: "connection failed: ... Connection refused"
+    verdict = rule.verdict
+    if connecting and verdict == "uncertain":
+        verdict = "retry"
     return rule.error(
-        f"{rule.says} ({where})", verdict=rule.verdict, sqlstate=sqlstate, constraint=constraint
+        f"{says} ({where})", verdict=verdict, sqlstate=sqlstate, constraint=constraint
     )
 
 

@@ -25,7 +25,6 @@ from ._connection import (
     CLAIM_TIMEOUT,
     FINISH_TIMEOUT,
     deadline,
-    lost_connection,
     rows_of,
     typed_errors,
 )
@@ -120,7 +119,8 @@ class JobStatements(StoreBase):
 
     async def enqueue(self, job: NewJob) -> Job:
         try:
-            rows = await self._fetch("enqueue", job.params())
+            with typed_errors():  # the quota, as the tenure error it is, to catch here
+                rows = await self._fetch("enqueue", job.params())
         except QuotaExceeded:
             # A replay of a job already queued is answered, not refused: it takes no new slot.
             rows = await self._fetch("job_by_key", {"key": job.key, "tenant": job.tenant})
@@ -163,8 +163,7 @@ class JobStatements(StoreBase):
             "trace_context": None if trace_context is None else Jsonb(trace_context),
         }
         async with self._pool.connection() as conn, conn.transaction():
-            with typed_errors():
-                rows = await rows_of(conn, "enqueue_many", params)
+            rows = await rows_of(conn, "enqueue_many", params)
             new = {row["idempotency_key"]: int(row["id"]) for row in rows}
             if len(new) >= BULK_ANALYZE_MIN:
                 await _analyze_if_outnumbered(conn, len(new))
@@ -201,7 +200,7 @@ class JobStatements(StoreBase):
             # The lease's local clock starts now, with a connection in hand: a claim that
             # waited out an outage for its connection must not start with its lease spent.
             sent_at = time.monotonic()
-            with deadline(conn, CLAIM_TIMEOUT), typed_errors():
+            with deadline(conn, CLAIM_TIMEOUT):
                 if not limited:
                     rows = await rows_of(conn, "claim", params)
                 else:
@@ -223,7 +222,7 @@ class JobStatements(StoreBase):
     async def finish_many(self, owner: str, outcomes: Sequence[Finish]) -> dict[int, bool]:
         """Fenced commit of many outcomes in one statement: job id → accepted. A database
         error is raised as its StoreError (the completer acts on its verdict)."""
-        rows = await self._fetch_typed(
+        rows = await self._fetch(
             "finish_many",
             {
                 "owner": owner,
@@ -253,7 +252,7 @@ class JobStatements(StoreBase):
         duration_ms: int | None = None,
     ) -> None:
         """Journal one event (the completer's rejected results); errors as StoreErrors."""
-        await self._fetch_typed(
+        await self._fetch(
             "record_event",
             {
                 "kind": kind,
@@ -277,16 +276,14 @@ class JobStatements(StoreBase):
     # ConnectionLost, never a driver error, when the link breaks: `App.wait` reads again.
 
     async def get_job(self, job_id: int) -> Job:
-        with lost_connection():
-            rows = await self._fetch("get_job", {"id": job_id})
+        rows = await self._fetch("get_job", {"id": job_id})
         if not rows:
             raise JobNotFound(f"no job {job_id}")
         return Job.from_row(rows[0])
 
     async def job_by_key(self, key: str, tenant: str) -> Job:
         """The job of ``tenant`` under ``key`` (keys are unique per tenant)."""
-        with lost_connection():
-            rows = await self._fetch("job_by_key", {"key": key, "tenant": tenant})
+        rows = await self._fetch("job_by_key", {"key": key, "tenant": tenant})
         if not rows:
             shown = key if len(key) <= 80 else key[:77] + "..."
             raise JobNotFound(
@@ -297,8 +294,7 @@ class JobStatements(StoreBase):
 
     async def job_status(self, job_ids: Sequence[int]) -> dict[int, JobStatus]:
         """State, attempt and progress of each job that exists: what a waiter looks at."""
-        with lost_connection():
-            rows = await self._fetch("job_status", {"ids": list(job_ids)})
+        rows = await self._fetch("job_status", {"ids": list(job_ids)})
         return {
             row["id"]: JobStatus(
                 row["id"], row["state"], row["attempt"], row["progress"], row["updated_at"]
@@ -326,7 +322,7 @@ class JobStatements(StoreBase):
     async def cancel(self, job_id: int) -> Cancellation | None:
         """Cancel a queued, running or waiting job; None when it had already ended. Database
         errors as StoreErrors (a read-only role's: PermissionDenied)."""
-        rows = await self._fetch_typed("cancel_job", {"id": job_id})
+        rows = await self._fetch("cancel_job", {"id": job_id})
         return Cancellation(Job.from_row(rows[0]), rows[0]["held_until"]) if rows else None
 
     async def cancelled_among(self, held: Mapping[int, int]) -> list[tuple[int, int]]:
@@ -352,16 +348,15 @@ class JobStatements(StoreBase):
     async def stop_check(self, job_id: int, token: int, held_until: datetime) -> StopCheck:
         """Whether the call (job, token) cancelled while it held its lease until
         ``held_until`` is over (see queries/jobs.sql, stop_settled)."""
-        with lost_connection():
-            rows = await self._fetch(
-                "stop_settled", {"id": job_id, "token": token, "held_until": held_until}
-            )
+        rows = await self._fetch(
+            "stop_settled", {"id": job_id, "token": token, "held_until": held_until}
+        )
         return StopCheck(rows[0]["stopped"], rows[0]["left"])
 
     async def retry(self, job_id: int) -> Job | None:
         """Queue a failed or cancelled job again; None when it was not in such a state.
         Database errors as StoreErrors (a read-only role's: PermissionDenied)."""
-        rows = await self._fetch_typed("retry_job", {"id": job_id})
+        rows = await self._fetch("retry_job", {"id": job_id})
         return Job.from_row(rows[0]) if rows else None
 
     async def summary(self) -> dict[str, int]:

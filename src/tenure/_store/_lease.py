@@ -21,6 +21,8 @@ from ._connection import (
     connect_options,
     shutdown_socket,
     statement,
+    typed_errors,
+    typed_methods,
 )
 from ._rows import (
     Extension,
@@ -37,6 +39,9 @@ class LeaseConnection:
     thread forever, and no server-side timeout can fire for it; so every call
     runs under a local deadline after which the socket is shut down from a
     watchdog timer, turning the hang into an ordinary connection error.
+
+    Every public method raises its database errors as tenure errors (StoreError and
+    its verdict, `_errors.RULES`); a failed connect is a ConnectionLost to ``retry``.
     """
 
     def __init__(self, dsn: str) -> None:
@@ -46,9 +51,10 @@ class LeaseConnection:
     def _connection(self, timeout: float) -> psycopg.Connection[dict[str, Any]]:
         if self._conn is None or self._conn.closed:
             options = {**connect_options(), "connect_timeout": max(2, round(timeout))}
-            self._conn = psycopg.connect(
-                self._dsn, autocommit=True, row_factory=dict_row, **options
-            )
+            with typed_errors(connecting=True):
+                self._conn = psycopg.connect(
+                    self._dsn, autocommit=True, row_factory=dict_row, **options
+                )
         return self._conn
 
     def close(self) -> None:
@@ -121,3 +127,6 @@ class LeaseConnection:
     def record_events(self, rows: Sequence[JournalRow], timeout: float) -> None:
         """Journal many events in one statement."""
         self._run("record_events", lambda: journal_params(rows), timeout)
+
+
+typed_methods(LeaseConnection, sync=True)

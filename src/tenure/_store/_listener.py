@@ -18,8 +18,9 @@ from typing import Any, LiteralString, Self
 
 import psycopg
 
+from .._errors import StoreError
 from .._log import log_event
-from ._connection import MAX_RECONNECT_DELAY, QUERIES, connect_options
+from ._connection import MAX_RECONNECT_DELAY, QUERIES, connect_options, typed
 
 logger = logging.getLogger("tenure.listener")
 
@@ -115,7 +116,7 @@ class Listener:
                     "listen_failed",
                     worker=self._name,
                     level=logging.DEBUG,
-                    error=type(exc).__name__,
+                    error=type(typed(exc, connecting=not self.connected.is_set())).__name__,
                 )
             self.connected.clear()
             await asyncio.sleep(pause)
@@ -157,7 +158,7 @@ class Listener:
             async with asyncio.timeout(PROBE_TIMEOUT):
                 await self._probe(channel, payload)
                 await arrived
-        except (TimeoutError, psycopg.Error):
+        except (TimeoutError, psycopg.Error, StoreError):  # the probe is a store method
             return False
         finally:
             del self._probes[payload]

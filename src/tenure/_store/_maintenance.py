@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from datetime import datetime
+
+import psycopg
 
 from ._base import StoreBase
 from ._connection import (
@@ -63,7 +66,11 @@ class MaintenanceStatements(StoreBase):
         )
 
     async def analyze_jobs(self, timeout_ms: int) -> bool:
-        """ANALYZE tenure_jobs unless another worker is at it; True if this one did."""
-        async with self._pool.connection() as conn, conn.transaction():
-            await rows_of(conn, "set_local_timeout", {"ms": timeout_ms})
-            return await try_analyze(conn)
+        """ANALYZE tenure_jobs unless another worker is at it; True if this one did. False
+        too when ``timeout_ms`` passed first (behind a long lock, autovacuum's own pass):
+        the next look decides again."""
+        with contextlib.suppress(psycopg.errors.QueryCanceled):
+            async with self._pool.connection() as conn, conn.transaction():
+                await rows_of(conn, "set_local_timeout", {"ms": timeout_ms})
+                return await try_analyze(conn)
+        return False

@@ -15,6 +15,8 @@ from ._connection import (
     as_jsonb,
     from_row,
     rows_of,
+    typed_errors,
+    typed_methods,
 )
 from ._rows import (
     RunRow,
@@ -115,6 +117,9 @@ class RunTransaction:
         return bool(await rows_of(self._conn, "retry_job", {"id": job_id}))
 
 
+typed_methods(RunTransaction)  # each statement's error is typed inside the caller's block
+
+
 class RunStatements(StoreBase):
     """Runs and their stages, read and moved on."""
 
@@ -122,10 +127,12 @@ class RunStatements(StoreBase):
 
     @contextlib.asynccontextmanager
     async def transaction(self, timeout: float) -> AsyncIterator[RunTransaction]:
-        """One transaction in which no statement may run longer than ``timeout`` seconds."""
-        async with self._pool.connection() as conn, conn.transaction():
-            await rows_of(conn, "set_local_timeout", {"ms": max(1, round(timeout * 1000))})
-            yield RunTransaction(conn)
+        """One transaction in which no statement may run longer than ``timeout`` seconds.
+        A database error, in the caller's statements or at commit, is its tenure error."""
+        with typed_errors():
+            async with self._pool.connection() as conn, conn.transaction():
+                await rows_of(conn, "set_local_timeout", {"ms": max(1, round(timeout * 1000))})
+                yield RunTransaction(conn)
 
     async def get_run(self, run_id: int) -> RunRow | None:
         rows = await self._fetch("get_run", {"id": run_id})

@@ -9,7 +9,6 @@ from .._job import Job
 from ._base import StoreBase
 from ._connection import (
     FINISH_TIMEOUT,
-    lost_connection,
 )
 from ._rows import (
     Finish,
@@ -53,7 +52,7 @@ class WaitpointStatements(StoreBase):
         }
         if wp.kind == "children":
             params["children"] = list(wp.waiting_on)
-            rows = await self._fetch_typed("suspend_for_children", params, FINISH_TIMEOUT)
+            rows = await self._fetch("suspend_for_children", params, FINISH_TIMEOUT)
         else:
             params |= {
                 "request": wp.request_json,
@@ -61,7 +60,7 @@ class WaitpointStatements(StoreBase):
                 "answer_schema": wp.answer_schema_json,
                 "kind": wp.kind,
             }
-            rows = await self._fetch_typed("suspend_job", params, FINISH_TIMEOUT)
+            rows = await self._fetch("suspend_job", params, FINISH_TIMEOUT)
         return bool(rows)
 
     async def resume_children_waits(self, limit: int) -> list[int]:
@@ -89,7 +88,7 @@ class WaitpointStatements(StoreBase):
         )
 
     async def _complete(self, where: dict[str, object], answer_json: str) -> Job | None:
-        rows = await self._fetch_typed("complete_waitpoint", {**where, "answer": answer_json})
+        rows = await self._fetch("complete_waitpoint", {**where, "answer": answer_json})
         return Job.from_row(rows[0]) if rows else None
 
     async def expire_waitpoints(self, limit: int) -> list[int]:
@@ -98,6 +97,5 @@ class WaitpointStatements(StoreBase):
 
     async def job_waitpoints(self, job_id: int) -> list[JobWaitpoint]:
         """A job's waitpoints; ConnectionLost when the link breaks (a watcher reads again)."""
-        with lost_connection():
-            rows = await self._fetch("job_waitpoints", {"job_id": job_id})
+        rows = await self._fetch("job_waitpoints", {"job_id": job_id})
         return cast(list[JobWaitpoint], rows)

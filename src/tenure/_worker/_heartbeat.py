@@ -28,8 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Self
 
-import psycopg
-
+from .._errors import StoreError
 from .._log import log_event
 from .._store import ClaimedJob, JournalRow, LeaseConnection, WorkerRegistration
 from ._ownership import Ownership
@@ -227,7 +226,7 @@ class HeartbeatThread:
         try:
             self.statements += 1
             self._conn.touch_worker(self._registration, KEEPALIVE_TIMEOUT)
-        except psycopg.Error:
+        except StoreError:
             self._seen_at = time.monotonic() - self._keepalive / 2  # again in half a period
             return
         self._seen_at = sent_at
@@ -251,7 +250,7 @@ class HeartbeatThread:
         try:
             self.statements += 1
             self._conn.report_progress(self._owner, reports, PROGRESS_TIMEOUT)
-        except psycopg.Error:
+        except StoreError:
             pass  # progress is advisory; the next report carries the latest
 
     def _tick(self, due: list[Held], now: float) -> None:
@@ -295,7 +294,7 @@ class HeartbeatThread:
             answers = self._conn.extend(
                 self._owner, [(h.job.id, h.job.token, h.lease_ms) for h in live], timeout
             )
-        except psycopg.Error as exc:
+        except StoreError as exc:
             for item in live:
                 item.next_beat = time.monotonic() + item.heartbeat / 2
                 if item.ownership.mark_unknown():
@@ -351,7 +350,7 @@ class HeartbeatThread:
         """
         try:
             states = self._conn.states([h.job.id for h in lost], timeout)
-        except psycopg.Error:
+        except StoreError:
             states = {}
         for item in lost:
             with self._lock:
@@ -426,7 +425,7 @@ class HeartbeatThread:
         ]
         try:
             self._conn.record_events(rows, JOURNAL_TIMEOUT)
-        except psycopg.Error:
+        except StoreError:
             return
         for _ in batch:
             self._backlog.popleft()

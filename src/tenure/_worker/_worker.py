@@ -23,10 +23,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from .._context import Context
-from .._errors import PolicyError
+from .._errors import PolicyError, StoreError
 from .._log import enabled, log_event
 from .._maintenance._job_pruner import JobPruner, JobPrunerConfig
 from .._maintenance._journal_pruner import JournalPrunerConfig
@@ -282,7 +280,7 @@ class Worker:
         ]
 
     def _registration(self) -> WorkerRegistration:
-        from .. import __version__
+        from .._version import __version__
 
         return WorkerRegistration(
             name=self.name,
@@ -300,7 +298,7 @@ class Worker:
         try:
             async with asyncio.timeout(UNREGISTER_TIMEOUT):  # a dead server must not hold it up
                 await store.stop_worker(self.name, os.getpid())
-        except (psycopg.Error, OSError, TimeoutError) as exc:
+        except (StoreError, OSError, TimeoutError) as exc:
             failure: dict[str, Any] = {"error": type(exc).__name__, "level": logging.WARNING}
             log_event(logger, "worker_unregister_failed", worker=self.name, **failure)
 
@@ -342,7 +340,7 @@ class Worker:
                     jobs = await store.claim(
                         self.name, self._lease_ms, asked, limited=self._limited
                     )
-                except psycopg.Error as exc:
+                except StoreError as exc:
                     log_event(
                         logger,
                         "claim_failed",
@@ -384,7 +382,7 @@ class Worker:
         if now >= self._look_again_at:
             try:
                 seconds = await store.next_expiry(self.name, list(self._lease_ms))
-            except psycopg.Error:
+            except StoreError:
                 seconds = None
             # The answer's clock: after it arrived, so a slow answer never wakes us early.
             now = time.monotonic()
@@ -603,7 +601,9 @@ class Worker:
         while held := heartbeat.held_tokens():
             try:
                 cancelled = await store.cancelled_among(held)
-            except psycopg.Error:
+            except StoreError as exc:
+                if exc.verdict == "fail":  # reading again cannot help: the lease's end will
+                    return
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, RETRY_LAST)
                 continue
@@ -649,8 +649,8 @@ class Worker:
                     job, self.name, round((stopped_at - since) * 1000), STOP_TIMEOUT
                 )
                 return
-            except psycopg.Error:
-                if time.monotonic() + pause >= ownership.deadline:
+            except StoreError as exc:
+                if exc.verdict == "fail" or time.monotonic() + pause >= ownership.deadline:
                     return
             await asyncio.sleep(pause)
             pause = min(pause * 2, RETRY_LAST)

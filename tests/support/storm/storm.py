@@ -30,10 +30,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import psycopg
-
 from tenure._chaos._harness import wait_for
 from tenure._chaos._history import read_history
+from tenure._errors import StoreError
 
 from .checker import Evidence, Fault, Report, check
 from .harness import (
@@ -374,8 +373,8 @@ class Enqueuer(threading.Thread):
                 if len(keys) == 1:
                     app.sync.enqueue(TOOL, payloads[0], idempotency_key=keys[0])
                 else:
-                    app._connection.run(app.enqueue_many(TOOL, payloads, idempotency_keys=keys))
-            except (psycopg.Error, OSError, TimeoutError):
+                    app.sync.enqueue_many(TOOL, payloads, idempotency_keys=keys)
+            except (StoreError, OSError, TimeoutError):  # tenure's errors, never psycopg's
                 self.errors += 1
                 if time.monotonic() > give_up:
                     return  # never acknowledged: the checker does not expect these

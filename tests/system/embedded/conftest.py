@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-import tenure._embedded as embedded
+from tenure._embedded import _account
 
 
 @pytest.fixture
@@ -17,9 +17,9 @@ def fresh_account_name(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     test can create and delete it without touching `_tenure`, which other servers on
     this machine may run as."""
     name = f"_tenure_t{secrets.token_hex(3)}"
-    monkeypatch.setattr(embedded, "SERVER_USER", name)
-    embedded._server_account.cache_clear()
+    monkeypatch.setattr(_account, "SERVER_USER", name)
+    _account.server_account.cache_clear()
     yield name
-    embedded._server_account.cache_clear()
-    if embedded._account(name) is not None:
+    _account.server_account.cache_clear()
+    if _account.find_account(name) is not None:
         subprocess.run(["userdel", name], check=False, capture_output=True)

@@ -24,7 +24,7 @@ from tests.support.servers import run_as, traversable_temp_dir
 from tests.support.waiting import wait_until
 
 import tenure._embedded as embedded
-from tenure._embedded import EmbeddedPostgres
+from tenure._embedded import EmbeddedPostgres, _account, _binaries
 from tenure._errors import ConfigError
 
 OWNER_SCRIPT = """
@@ -116,7 +116,7 @@ def test_fresh_start_answers_and_stop_frees_everything(
 
 def test_server_dies_with_its_owner_and_leftovers_do_not_block(fresh_dir: Path) -> None:
     data_dir = fresh_dir / "pg18"
-    src = str(Path(embedded.__file__).parents[1])
+    src = str(Path(embedded.__file__).parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER_SCRIPT, str(data_dir)],
@@ -204,20 +204,20 @@ def test_use_shares_a_running_server_and_leaves_it_to_its_owner(
 def test_binaries_the_server_account_cannot_reach_are_copied(root_dir: Path) -> None:
     private = Path(tempfile.mkdtemp(prefix="tenure-private-"))  # 0700, root's own
     try:
-        bundled = embedded._bundled_install()
-        top, parts = embedded._install_parts(bundled)
+        bundled = _binaries.bundled_install()
+        top, parts = _binaries.install_parts(bundled)
         for part in parts:  # hard links where possible: as good as a copy, and instant
             shutil.copytree(part, private / part.relative_to(top), copy_function=_link_or_copy)
         hidden = private / bundled.relative_to(top)
-        assert not embedded._usable_by_others(hidden)
+        assert not _binaries.usable_by_others(hidden)
 
-        copy = embedded._cached_copy(hidden, root_dir / "cache")
-        assert embedded._cached_copy(hidden, root_dir / "cache") == copy  # made once
-        assert embedded._usable_by_others(copy)
+        copy = _binaries.cached_copy(hidden, root_dir / "cache")
+        assert _binaries.cached_copy(hidden, root_dir / "cache") == copy  # made once
+        assert _binaries.usable_by_others(copy)
 
         target = root_dir / "initdb-as-the-server-account"
         target.mkdir(mode=0o700)
-        account = embedded._server_account()
+        account = _account.server_account()
         assert account is not None
         os.chown(target, account.pw_uid, account.pw_gid)
         initdb = [str(copy / "bin" / "initdb"), "-N", "--locale=C", "-U", "postgres"]

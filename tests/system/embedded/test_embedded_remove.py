@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 from tests.support.servers import traversable_temp_dir
 
-import tenure._embedded as embedded
 from tenure._cli import main
-from tenure._embedded import EmbeddedPostgres
+from tenure._embedded import EmbeddedPostgres, _account, _layout
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root gets a server account")
 
@@ -77,7 +76,7 @@ def test_status_then_remove_refused_while_it_runs_then_done(
     assert {str(home / n) for n in ("pg18", "pg18.log", "pg18.pgpass", "pg18.lock")} <= removed
     assert home.is_dir() and list(home.iterdir()) == []  # TENURE_HOME itself is the user's
     if os.geteuid() == 0:  # the account serves every data dir: kept for a TENURE_HOME
-        assert embedded._account(fresh_account_name) is not None
+        assert _account.find_account(fresh_account_name) is not None
     code, out, _ = _run(capsys, "embedded", "--remove")
     assert (code, out) == (0, f"nothing to remove: no embedded PostgreSQL in {home / 'pg18'}\n")
 
@@ -92,7 +91,7 @@ def test_as_root_the_account_and_the_data_dir_are_announced_then_removed(
     root_home = base / "var" / "lib" / "tenure"  # /var/lib/tenure's stand-in
     private = base / "root"
     private.mkdir(mode=0o700)  # like /root: the server's account cannot pass
-    monkeypatch.setattr(embedded, "ROOT_HOME", root_home)
+    monkeypatch.setattr(_layout, "ROOT_HOME", root_home)
     monkeypatch.setenv("HOME", str(private))
 
     code, _, err = _run(capsys, "migrate")
@@ -105,7 +104,7 @@ def test_as_root_the_account_and_the_data_dir_are_announced_then_removed(
         f"tenure: created an embedded PostgreSQL data directory in {root_home / 'pg18'} "
         "(`tenure embedded --remove` deletes it)\n"
     ) in err
-    assert embedded._account(fresh_account_name) is not None
+    assert _account.find_account(fresh_account_name) is not None
 
     code, out, _ = _run(capsys, "embedded")
     assert re.search(rf"^data directory\s+{root_home / 'pg18'}$", out, re.M)
@@ -117,4 +116,4 @@ def test_as_root_the_account_and_the_data_dir_are_announced_then_removed(
     assert f"removed {root_home}" in out.splitlines()
     assert f"removed the system account {fresh_account_name!r}" in out.splitlines()
     assert not root_home.exists() and (base / "var" / "lib").is_dir()
-    assert embedded._account(fresh_account_name) is None
+    assert _account.find_account(fresh_account_name) is None

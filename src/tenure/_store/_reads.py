@@ -1,5 +1,6 @@
-"""The journal and what operators read: the writer's batches, pruning, the CLI, the
-dashboard, metrics and the doctor (queries/observe.sql)."""
+"""The read model: what operators read of jobs, the journal, queues, runs and the
+server, for the CLI, the dashboard, metrics and the doctor; with the journal's own batch
+insert and pruning, which share its statements (queries/observe.sql)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ SEARCH_TIMEOUT = 10.0  # a search past this is cut off (its connection dropped),
 MAX_BIGINT = 2**63 - 1  # above every id
 
 
-class JournalStatements(StoreBase):
+class ReadStatements(StoreBase):
     """One method per statement of queries/observe.sql."""
 
     # -- observability: the journal writer, pruner, metrics, dashboard and CLI --

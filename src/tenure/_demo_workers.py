@@ -1,4 +1,4 @@
-"""The tools `tenure demo` runs: simulated agent calls that take seconds.
+"""The worker app `tenure demo` starts its workers on: simulated agent calls that take seconds.
 
 Short leases (2 s, renewed every 0.5 s) so that faults show within seconds.
 Two of the tools cause side effects at the example case service (its URL in
