@@ -603,7 +603,7 @@ class App:
         )
         store = await self._store()
         chain = self.interceptors.chain()
-        if not chain:
+        if chain is None:
             return await store.enqueue(new)
         return await chain.enqueue(new, store.enqueue)
 
@@ -631,7 +631,7 @@ class App:
         ]
         store = await self._store()
         chain = self.interceptors.chain()
-        if not chain:
+        if chain is None:
             return await store.enqueue_many(jobs)
         return await chain.enqueue_many(jobs, store.enqueue_many)
 

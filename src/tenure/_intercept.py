@@ -11,7 +11,7 @@ and its workers' claims, calls and commits, ``FenceMiddleware(interceptors=[...]
 receiver, ``FencedAuth(..., interceptors=[...])`` for a sender. `tenure.otel.instrument()`
 adds its tracer to the process's own interceptors, which every chain ends with (so
 instrumenting a process covers Apps made before). With no interceptor at all, every step
-costs one identity check and nothing else.
+costs a call and an identity check, and nothing else.
 
 This module sits low (it imports nothing of tenure but types), so the worker, the App
 and the fence all import it without running back up.
@@ -81,16 +81,13 @@ class Interceptor:
 
 
 class Chain:
-    """Interceptors in order, the first outermost; falsy when empty, so a step's caller
-    skips the chain entirely."""
+    """Interceptors in order, the first outermost (never empty: an owner without any has
+    no chain, and its steps run as they are)."""
 
     __slots__ = ("interceptors",)
 
-    def __init__(self, interceptors: Iterable[Interceptor] = ()) -> None:
+    def __init__(self, interceptors: Iterable[Interceptor]) -> None:
         self.interceptors = tuple(interceptors)
-
-    def __bool__(self) -> bool:
-        return bool(self.interceptors)
 
     async def enqueue(self, job: NewJob, proceed: Insert) -> Job:
         for link in reversed(self.interceptors):
@@ -163,7 +160,8 @@ def process_interceptors() -> tuple[Interceptor, ...]:
 
 class Interceptors:
     """The chain of one App, worker or fence end: its own interceptors, then the
-    process's. `chain()` is rebuilt only when the process's change (one identity check)."""
+    process's. `chain()` is rebuilt only when the process's change (one identity check),
+    and None when there is no interceptor at all: a step's caller then skips it."""
 
     __slots__ = ("_chain", "_own", "_seen")
 
@@ -173,15 +171,16 @@ class Interceptors:
             if not isinstance(link, Interceptor):
                 raise TypeError(f"an interceptor must subclass Interceptor, got {link!r}")
         self._seen: tuple[Interceptor, ...] = ()
-        self._chain = Chain(self._own)
+        self._chain = Chain(self._own) if self._own else None
 
     @property
     def own(self) -> tuple[Interceptor, ...]:
         return self._own
 
-    def chain(self) -> Chain:
+    def chain(self) -> Chain | None:
         process = _process
         if process is not self._seen:
             self._seen = process
-            self._chain = Chain(self._own + process)
+            links = self._own + process
+            self._chain = Chain(links) if links else None
         return self._chain

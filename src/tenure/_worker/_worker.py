@@ -468,7 +468,7 @@ class Worker:
                 previous_token=job.previous_token,
             )
         chain = self._interceptors.chain()
-        if chain:
+        if chain is not None:
             chain.claimed(job, self.name)
         task = asyncio.create_task(
             self._execute(job, ctx, ownership, executor, completer, heartbeat),
@@ -530,7 +530,7 @@ class Worker:
         chain = self._interceptors.chain()
         try:
             run = executor.run(spec, ctx, job, self._stop_reasons)
-            finish = await (run if not chain else chain.call(job, self.name, lambda: run))
+            finish = await (run if chain is None else chain.call(job, self.name, lambda: run))
         except asyncio.CancelledError:
             return  # the worker itself is going down hard; the lease will expire
         if isinstance(finish, Abandoned):
@@ -573,7 +573,7 @@ class Worker:
         # The last progress report not yet written goes with the outcome, fenced with it.
         finish.progress_json = heartbeat.take_progress(job.id)
         commit = completer.commit(job, finish, ownership)
-        await (commit if not chain else chain.commit(job, self.name, finish, lambda: commit))
+        await (commit if chain is None else chain.commit(job, self.name, finish, lambda: commit))
 
     # -- background ------------------------------------------------------------
 

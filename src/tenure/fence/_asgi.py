@@ -133,7 +133,7 @@ class FenceMiddleware:
             await self.app(scope, receive, send)
             return
         chain = self._interceptors.chain()
-        if not chain:
+        if chain is None:
             await self._fence(scope, receive, send)
         else:  # e.g. a span continuing the sender's trace (its traceparent), the app's inside
             await chain.fence_request(scope, functools.partial(self._fence, scope, receive, send))
@@ -241,7 +241,7 @@ class FenceMiddleware:
         detail: str | None,
     ) -> None:
         chain = self._interceptors.chain()
-        if chain:
+        if chain is not None:
             scope_token = (None, None) if fence is None else (fence.scope, fence.token)
             chain.fence_decided(outcome, status, *scope_token)
         if self._on_decision is None:

@@ -69,7 +69,7 @@ class FencedAuth(httpx.Auth):
             self._operation, method=request.method, path=str(request.url), body=request.content
         )
         chain = self._interceptors.chain()
-        if chain:  # e.g. a traceparent: the receiver's spans join the sender's trace
+        if chain is not None:  # e.g. a traceparent: the receiver's spans join the sender's trace
             for name, value in chain.outgoing_headers().items():
                 request.headers.setdefault(name, value)
         self._source.ensure_owned()  # last, so nothing slow runs between the check and the send

@@ -8,7 +8,8 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import TypedDict
+from types import SimpleNamespace
+from typing import TypedDict, cast
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,7 +23,15 @@ from tenure._observe._events import EVENTS, JOURNAL_KINDS, OWNERSHIP_KINDS, WRIT
 from tenure._observe._fence import FenceObserver
 from tenure._observe._http import bounded_dsn, is_loopback
 from tenure._observe._journal import JournalWriter, journal_key, payload_hmac, to_row
-from tenure._observe._metrics import NOT_EMITTED, OTHER, Metrics, ToolLabels, render
+from tenure._observe._metrics import (
+    NOT_EMITTED,
+    OTHER,
+    Metrics,
+    MetricsInterceptor,
+    ToolLabels,
+    render,
+)
+from tenure._store import ClaimedJob, Finish
 from tenure.fence import FenceDecision
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -245,6 +254,37 @@ def test_metrics_count_the_contracts_events() -> None:
     assert s[("tenure_commit_duration_seconds_count", ())] == 1
     assert s[("tenure_commit_duration_seconds_bucket", (("le", "0.005"),))] == 1
     assert s[("tenure_commit_duration_seconds_bucket", (("le", "0.0025"),))] == 0
+
+
+async def test_the_metrics_interceptor_counts_claims_and_calls_as_their_events_would() -> None:
+    labels = ToolLabels()
+    labels.register("t", {"model": "m", "provider": "p"})
+    metrics = Metrics(labels)
+    counting = MetricsInterceptor(metrics)
+    first = cast(ClaimedJob, SimpleNamespace(id=1, tool="t", previous_token=None))
+    again = cast(ClaimedJob, SimpleNamespace(id=1, tool="t", previous_token=4))
+    counting.claimed(first, "w")
+    counting.claimed(again, "w")
+
+    async def succeeded() -> Finish:
+        return Finish(1, 5, "succeeded")
+
+    async def abandoned() -> object:
+        return SimpleNamespace(reason="lease_lost")
+
+    assert (await counting.call(first, "w", succeeded)).state == "succeeded"
+    await counting.call(again, "w", abandoned)
+    s = _samples(metrics)
+    t = (("model", "m"), ("provider", "p"), ("tool", "t"))
+    assert s[("tenure_jobs_claimed_total", t)] == 2
+    assert s[("tenure_jobs_reclaimed_total", t)] == 1
+    for outcome in ("succeeded", "abandoned"):
+        assert (
+            s[("tenure_tool_duration_seconds_count", tuple(sorted((*t, ("outcome", outcome)))))]
+            == 1
+        )
+    for kind in ("job_claimed", "call_finished", "call_abandoned"):
+        assert s[("tenure_events_total", (("kind", kind),))] == (2 if kind == "job_claimed" else 1)
 
 
 def test_the_dashboard_refuses_a_public_bind_without_a_token() -> None:
