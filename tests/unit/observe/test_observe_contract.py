@@ -4,6 +4,7 @@ metrics from events, keyed hashes, label caps and the rules that refuse bad sett
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import logging
 import re
@@ -11,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TypedDict, cast
 
+import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -31,7 +33,7 @@ from tenure._observe._metrics import (
     ToolLabels,
     render,
 )
-from tenure._store import ClaimedJob, Finish
+from tenure._store import ClaimedJob, Finish, JournalRow
 from tenure.fence import FenceDecision
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -175,6 +177,43 @@ def test_journal_writer_filters_by_kind_and_worker_and_drops_past_capacity() -> 
         writer(Event(kind, job=1, worker=worker))
     assert writer.dropped == 1
     assert [e.kind for e in writer._buffer] == ["ownership_unknown", "tool_request_started"]
+
+
+class _FlakyJournal:
+    """A store whose first batch fails as a dropped connection would."""
+
+    def __init__(self) -> None:
+        self.rows: list[JournalRow] = []
+        self.failed = False
+
+    async def record_events(self, rows: list[JournalRow]) -> None:
+        if not self.failed:
+            self.failed = True
+            raise psycopg.OperationalError("the server closed the connection")
+        self.rows += rows
+
+
+async def test_a_failed_journal_flush_is_a_failed_round_and_the_signal_fires_once_written() -> None:
+    store = _FlakyJournal()
+    writer = JournalWriter(store, worker="w")  # type: ignore[arg-type]
+    rounds: list[Event] = []
+    detach = attach(rounds.append, kinds={"component_round"})
+    written = writer.signal.next()
+    writer.start()
+    try:
+        writer(Event("ownership_unknown", job=1, worker="w"))
+        async with asyncio.timeout(10):
+            await written  # after the failure, the retry wrote it
+    finally:
+        detach()
+        await writer.stop()
+    assert [r.kind for r in store.rows] == ["ownership_unknown"]
+    (failed,) = rounds  # once per streak of failures
+    assert failed.level == logging.WARNING
+    assert dict(failed.fields) == {
+        "component": "journal_writer", "outcome": "failed",
+        "error": "OperationalError", "buffered": 1,
+    }  # fmt: skip
 
 
 def test_tool_labels_are_validated_and_capped() -> None:
