@@ -70,7 +70,8 @@ class JournalFeed:
 
 
 class MetricsServer:
-    """The ``metrics`` component: /metrics on a thread of its own (uvicorn), fed by events."""
+    """The ``metrics`` component: /metrics on a thread of its own (uvicorn), fed by events
+    and, for claims and calls, by its interceptor (tenure._observe._metrics)."""
 
     name = "metrics"
 

@@ -113,6 +113,11 @@ class Worker:
     The worker registers itself in ``tenure_workers`` at start (`App.list_workers`,
     ``tenure workers``); its heartbeat thread keeps the row alive at least every
     ``keepalive`` seconds, and readers call it silent after three periods unseen.
+
+    Every background loop runs under one ``supervisor``; ``signals`` are what a test
+    awaits instead of time: ``await worker.signals["rescuer"].wait()`` returns after the
+    rescuer's next round (``completer``: a batch committed; ``journal_writer``: a batch
+    written).
     """
 
     def __init__(
