@@ -27,6 +27,7 @@ import psycopg
 
 from .._context import Context
 from .._errors import PolicyError
+from .._intercept import Chain
 from .._log import enabled, log_event
 from .._maintenance._job_pruner import JobPruner, JobPrunerConfig
 from .._maintenance._journal_pruner import JournalPrunerConfig
@@ -476,7 +477,7 @@ class Worker:
         if chain is not None:
             chain.claimed(job, self.name)
         task = asyncio.create_task(
-            self._execute(job, ctx, ownership, executor, completer, heartbeat),
+            self._execute(job, ctx, ownership, executor, completer, heartbeat, chain),
             name=f"tenure-job-{job.id}",
         )
         self._active[job.id] = task
@@ -529,10 +530,10 @@ class Worker:
         executor: Executor,
         completer: Completer,
         heartbeat: HeartbeatThread,
+        chain: Chain | None,
     ) -> None:
         spec = self.app.tools[job.tool]
         started = time.monotonic()
-        chain = self._interceptors.chain()
         try:
             run = executor.run(spec, ctx, job, self._stop_reasons)
             finish = await (run if chain is None else chain.call(job, self.name, lambda: run))
