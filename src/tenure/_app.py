@@ -47,10 +47,10 @@ from ._errors import (
     WaitTimeout,
     one_line,
 )
+from ._intercept import Interceptor, Interceptors
 from ._job import Enqueued, Job
 from ._maintenance._cron import Cron
 from ._maintenance._scheduler import CatchUp, Every, Schedule
-from ._observe import _tracing
 from ._observe._journal import journal_key as journal_key_from
 from ._observe._journal import payload_hmac
 from ._payload import MAX_PAYLOAD_BYTES, fingerprint
@@ -186,6 +186,10 @@ class App:
     ``poll_interval`` (seconds, default 1) is how often a waiter reads its job when
     notifications cannot reach it (a pooler in transaction mode); when they can, it
     reads only when told, plus once every 30 s (or ``poll_interval``, if longer).
+
+    ``interceptors`` (`tenure.telemetry.Interceptor`, the first outermost) wrap its
+    enqueues and its workers' claims, calls and commits; `tenure.otel.instrument()` adds
+    its tracer to every App's chain.
     """
 
     def __init__(
@@ -198,7 +202,10 @@ class App:
         journal_key: bytes | str | None = None,
         retain: float = DEFAULT_RETAIN,
         poll_interval: float = 1.0,
+        interceptors: Sequence[Interceptor] = (),
     ) -> None:
+        # Around its enqueues and its workers' claims, calls and commits (tenure._intercept).
+        self.interceptors = Interceptors(interceptors)
         self._journal_key = journal_key_from(journal_key)
         self.retain = check_retain(retain)
         if (
@@ -594,10 +601,10 @@ class App:
             tool, payload, idempotency_key, priority, delay, concurrency_key, tenant, retain
         )
         store = await self._store()
-        tracer = _tracing.current
-        if tracer is None:
+        chain = self.interceptors.chain()
+        if chain is None:
             return await store.enqueue(new)
-        return await tracer.enqueue(new, store.enqueue)
+        return await chain.enqueue(new, store.enqueue)
 
     async def enqueue_many(
         self,
@@ -622,10 +629,10 @@ class App:
             for p, k in zip(payloads, keys, strict=True)
         ]
         store = await self._store()
-        tracer = _tracing.current
-        if tracer is None:
+        chain = self.interceptors.chain()
+        if chain is None:
             return await store.enqueue_many(jobs)
-        return await tracer.enqueue_many(jobs, store.enqueue_many)
+        return await chain.enqueue_many(jobs, store.enqueue_many)
 
     # -- what an agent sees of its tools -----------------------------------------
 

@@ -38,12 +38,6 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     ("tenure._observe._doctor", "tenure._app"): "doors",
     # circle 2: CLI <-> chaos (branch doors: chaos stops importing load_app from the CLI)
     ("tenure._chaos._unpleasant", "tenure._cli"): "doors",
-    # circle 3: context -> fence -> observe -> executor -> context (branch super: the
-    # interceptors replace the tracing seam)
-    ("tenure.fence._asgi", "tenure._observe._tracing"): "super",
-    ("tenure.fence._httpx", "tenure._observe._tracing"): "super",
-    ("tenure._observe._tracing", "tenure._worker._executor"): "super",
-    ("tenure._observe._otel", "tenure._worker._executor"): "super",
 }
 
 
