@@ -15,7 +15,7 @@ from .config import APPS, BIN, PY, Config
 
 # Empties a system's tables between measurements.
 RESET = {
-    "tenure": "TRUNCATE tenure_jobs, tenure_events",
+    "tenure": "TRUNCATE tenure_jobs, tenure_events CASCADE",  # tenure_steps, runs: keyed on jobs
     "raw": "TRUNCATE raw_jobs, raw_events",
     "pgqueuer": "TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics",
     "procrastinate": "TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_workers "

@@ -216,8 +216,9 @@ class ToolRegistry(Protocol):
 
     `tenure.App` builds one (``app.registry``); the layers below it see only this, never
     the App, so they cannot reach its client, its admin or its connections. The base
-    layer cannot name the schedule (``_maintenance``) or the job (``_store``) types, so
-    those members are typed loosely here; `tenure._app.Registry` types them.
+    layer cannot name the schedule (``_maintenance``), the job (``_store``) or the
+    interceptor (``_intercept``) types, so those members are typed loosely here;
+    `tenure._app.Registry` types them.
     """
 
     @property
@@ -233,6 +234,11 @@ class ToolRegistry(Protocol):
 
     @property
     def signing_key(self) -> bytes | None: ...
+
+    @property
+    def interceptors(self) -> Any:
+        """The `Interceptors` around its workers' claims, calls and commits."""
+        ...
 
     @property
     def dsn(self) -> str: ...

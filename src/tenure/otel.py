@@ -22,8 +22,10 @@ journal carries — and never a payload, a result or an error message.
     tenure.otel.instrument()
 
 `instrument` covers the whole process — every App's enqueues, every worker, every
-FencedAuth and FenceMiddleware in it — on the global tracer provider unless given one.
-Without it tenure never imports OpenTelemetry and pays nothing for it.
+FencedAuth and FenceMiddleware in it — on the global tracer provider unless given one:
+the tracer is an interceptor (`tenure.telemetry.Interceptor`) that `instrument` adds to
+the process's own, at the end of every chain. Without it tenure never imports
+OpenTelemetry and pays nothing for it.
 """
 
 try:

@@ -14,8 +14,13 @@ The journal's rows as `App.admin.find_events` and `App.admin.events` return them
 `JournalEntry`; `App.admin.job` and `App.admin.waitpoints` return `JobDetail` and
 `JobWaitpoint`; `App.admin.doctor` returns `Check` findings; `App.admin.workers` returns
 `WorkerInfo` (who is alive, who went silent, what each holds).
+
+An `Interceptor` wraps tenure's steps — enqueue, claim, call, commit, a fenced request
+— for a metric, a span or an audit of your own: ``App(interceptors=[...])``
+(``tenure.otel`` is one, added to every chain of the process).
 """
 
+from ._intercept import Interceptor
 from ._log import Event, Handler, attach
 from ._observe._doctor import Check
 from ._observe._events import EVENTS, EventSpec
@@ -27,6 +32,7 @@ __all__ = [
     "Event",
     "EventSpec",
     "Handler",
+    "Interceptor",
     "JobDetail",
     "JobWaitpoint",
     "JournalEntry",

@@ -7,8 +7,9 @@ The rule, by layer (ARCHITECTURE.md):
   the database), the worker, the maintenance services, the pipeline engine, the
   observability runtime (``_observe``: journal writer, metrics, doctor, read pages), the
   waiting and run-watching helpers the client uses (``_waiting``, ``_run_watch``),
-  ``telemetry`` (it re-exports the admin's record types) and ``fence._schema`` (the
-  fence's own migrations on the same runner). The front ends (``_cli``, ``mcp``,
+  ``telemetry`` (it re-exports the admin's record types), ``fence._schema`` (the
+  fence's own migrations on the same runner) and ``_intercept`` (the interceptor chain
+  around the store's enqueue, claim and commit). The front ends (``_cli``, ``mcp``,
   ``integrations``, ``_demo``, ``_chaos``, ``examples``, ``__init__``) never do, nor
   does the dashboard's route module beyond the read store its pages are drawn from
   (``DASHBOARD_READS``); its actions and its waitpoint webhook go through the App.
@@ -37,6 +38,7 @@ STORE_USERS = (
     "_run_watch.py",
     "telemetry.py",
     "fence/_schema.py",
+    "_intercept.py",
 )
 # The dashboard's routes draw their pages from a read-only store of their own (every
 # statement under a timeout); only that store's type is imported, never to write.

@@ -30,14 +30,7 @@ MARKER = "<!-- layer order:"
 # Imports that run back up or close a circle today, each removed by the branch named
 # beside it; the test below fails once one is gone, so the list shrinks to empty as the
 # branches of issue 23 merge. (importer, imported), both as dotted module names.
-KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    # circle 3: context -> fence -> observe -> executor -> context (branch super: the
-    # interceptors replace the tracing seam)
-    ("tenure.fence._asgi", "tenure._observe._tracing"): "super",
-    ("tenure.fence._httpx", "tenure._observe._tracing"): "super",
-    ("tenure._observe._tracing", "tenure._worker._executor"): "super",
-    ("tenure._observe._otel", "tenure._worker._executor"): "super",
-}
+KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True, slots=True)

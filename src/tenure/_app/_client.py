@@ -24,7 +24,6 @@ from .._errors import (
     WaitTimeout,
 )
 from .._job import Enqueued, Job
-from .._observe import _tracing
 from .._pipeline._engine import Transitions
 from .._pipeline._model import Pipeline, Run, Verdict, run_key
 from .._pipeline._plan import plan_pipeline
@@ -81,10 +80,10 @@ class Client:
             tool, payload, idempotency_key, priority, delay, concurrency_key, tenant, retain
         )
         store = await self._connection.store()
-        tracer = _tracing.current
-        if tracer is None:
+        chain = self._registry.interceptors.chain()
+        if chain is None:
             return await store.enqueue(new)
-        return await tracer.enqueue(new, store.enqueue)
+        return await chain.enqueue(new, store.enqueue)
 
     async def enqueue_many(
         self,
@@ -109,10 +108,10 @@ class Client:
             for p, k in zip(payloads, keys, strict=True)
         ]
         store = await self._connection.store()
-        tracer = _tracing.current
-        if tracer is None:
+        chain = self._registry.interceptors.chain()
+        if chain is None:
             return await store.enqueue_many(jobs)
-        return await tracer.enqueue_many(jobs, store.enqueue_many)
+        return await chain.enqueue_many(jobs, store.enqueue_many)
 
     async def get(
         self, job_id: int | None = None, *, key: str | None = None, tenant: str | None = None

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from .._dsn import dsn_from_environment
 from .._errors import PolicyError
+from .._intercept import Interceptor
 from .._observe._journal import journal_key as journal_key_from
 from .._payload import MAX_PAYLOAD_BYTES
 from .._registry import ToolSpec
@@ -58,6 +59,10 @@ class App(Client):
     notifications cannot reach it (a pooler in transaction mode); when they can, it
     reads only when told, plus once every 30 s (or ``poll_interval``, if longer).
 
+    ``interceptors`` (`tenure.telemetry.Interceptor`, the first outermost) wrap its
+    enqueues and its workers' claims, calls and commits; `tenure.otel.instrument()` adds
+    its tracer to every App's chain.
+
     Its parts: ``app.registry`` (the tools, their schemas and policies), ``app.admin``
     (what an operator reads and does: jobs, the journal, workers, doctor, migrate,
     prune) and ``app.sync`` (every coroutine here and on the admin, blocking:
@@ -74,6 +79,7 @@ class App(Client):
         journal_key: bytes | str | None = None,
         retain: float = DEFAULT_RETAIN,
         poll_interval: float = 1.0,
+        interceptors: Sequence[Interceptor] = (),
     ) -> None:
         journal = journal_key_from(journal_key)
         retain = check_retain(retain)
@@ -97,6 +103,7 @@ class App(Client):
             max_payload=max_payload_bytes,
             journal_key=journal,
             retain=retain,
+            interceptors=interceptors,
         )
         super().__init__(self.registry, connection)
         self.admin = Admin(self.registry, connection, self)

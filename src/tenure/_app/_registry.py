@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 
 from .._errors import PayloadError, PolicyError, UnknownTool
+from .._intercept import Interceptor, Interceptors
 from .._maintenance._cron import Cron
 from .._maintenance._scheduler import CatchUp, Every, Schedule
 from .._observe._journal import payload_hmac
@@ -80,8 +81,11 @@ class Registry:
         max_payload: int,
         journal_key: bytes | None,
         retain: float,
+        interceptors: Sequence[Interceptor] = (),
     ) -> None:
         self._connection = connection
+        # Around its enqueues and its workers' claims, calls and commits (tenure._intercept).
+        self.interceptors = Interceptors(interceptors)
         self.signing_key = signing_key
         self._max_payload = max_payload
         self._journal_key = journal_key

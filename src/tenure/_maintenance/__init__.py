@@ -1,9 +1,12 @@
-"""The background services every worker runs, each on the one `Service` contract.
+"""The background services every worker runs, and the supervisor that composes them.
 
 Module map:
 
-    _service         Service: config validated eagerly, idempotent start/stop, run_once()
-                     for tests, one error policy (log, survive, try again next round)
+    _supervisor      Supervisor: a process's background loops (Components) in one list,
+                     started in order, stopped in reverse; Signals that tests await
+    _service         Service: the components with rounds: config validated eagerly,
+                     idempotent start/stop, run_once() for tests, one event per round
+                     (component_round) and one error policy (log, survive, try again)
     _rescuer         Rescuer: exhausted expired leases fail; stuck pipeline runs move on;
                      failed outbox deliveries go again; expired waitpoints resume or fail
     _scheduler       Scheduler: enqueues each slot of a periodic schedule once, across workers

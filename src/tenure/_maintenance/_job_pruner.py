@@ -67,8 +67,7 @@ class JobPrunerConfig:
 class JobPruner(Service):
     """One worker's job pruner (see the module docstring)."""
 
-    name = "tenure-job-pruner"
-    failed_event = "job_prune_failed"
+    name = "job_pruner"
     logger = logger
 
     def __init__(

@@ -67,8 +67,7 @@ class JournalPrunerConfig:
 class JournalPruner(Service):
     """One worker's journal pruner; `run_once` is also what ``tenure prune`` runs."""
 
-    name = "tenure-journal-pruner"
-    failed_event = "prune_failed"
+    name = "journal_pruner"
     logger = logger
 
     def __init__(self, store: Store, config: JournalPrunerConfig | None = None) -> None:

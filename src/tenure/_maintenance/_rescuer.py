@@ -45,6 +45,7 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from .._log import log_event
 from .._pipeline._engine import Transitions
@@ -109,8 +110,7 @@ class RescueReport:
 class Rescuer(Service):
     """One worker's rescuer: the same service contract as every other (see `Service`)."""
 
-    name = "tenure-rescuer"
-    failed_event = "rescue_failed"
+    name = "rescuer"
     logger = logger
     jitter = 0.2  # keeps the replicas' sweeps from lining up
 
@@ -122,6 +122,9 @@ class Rescuer(Service):
 
     def pause(self) -> float:
         return self.config.interval
+
+    def counts(self, result: Any) -> dict[str, int]:
+        return {"acted": int(result.acted)} if isinstance(result, RescueReport) else {}
 
     async def run_once(self) -> RescueReport:
         """One sweep, batch after batch until a batch comes back short."""

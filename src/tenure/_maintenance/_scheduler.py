@@ -152,8 +152,7 @@ class Decision:
 class Scheduler(Service):
     """One worker's scheduler; ``make_job(schedule, key)`` builds a slot's job."""
 
-    name = "tenure-scheduler"
-    failed_event = "schedule_failed"
+    name = "scheduler"
     logger = logger
 
     def __init__(

@@ -1,13 +1,16 @@
-"""The one contract every background service of a worker follows (River's maintenance
-services, Oban's plugins): a frozen config with defaults, validated eagerly; idempotent
-`start`/`stop` (and ``async with``, so a worker composes its services on one exit stack);
-`run_once()`, which tests call directly; and one error policy.
+"""The components with rounds (River's maintenance services, Oban's plugins): a frozen
+config with defaults, validated eagerly; idempotent `start`/`stop` (the supervisor's
+`Component` contract, tenure._maintenance._supervisor; also ``async with``);
+`run_once()`, which tests call directly; and one event and one error policy.
 
-The error policy: a round that fails is logged as the service's ``failed_event`` and the
-next round comes after the usual pause. A database error (the server restarting, a
-statement timing out) is a WARNING line with its class; anything else is a bug, logged
-at ERROR with its traceback, and the service still lives on: a service that silently
-died would leave its work (expired leases, pruning, schedules) undone with nobody told.
+Every round ends in one ``component_round`` event (Oban's plugin span): the component's
+name, ``outcome`` ok or failed, its duration, what it counted, and on failure the
+error's class; then the component's `Signal` fires (what tests await). An ok round is a
+DEBUG line. A round that fails is not the end: the next comes after the usual pause. A
+database error (the server restarting, a statement timing out) is a WARNING; anything
+else is a bug, logged at ERROR with its traceback, and the service still lives on: a
+service that silently died would leave its work (expired leases, pruning, schedules)
+undone with nobody told.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sized
 from types import TracebackType
 from typing import Any, Self
 
 from .._errors import PolicyError, StoreError
 from .._log import log_event
+from ._supervisor import Signal
 
 Range = tuple[str, object, float, float]  # setting, value, lowest, highest
 
@@ -68,20 +73,42 @@ async def sweep(delete_batch: Callable[[], Awaitable[int]], batch: int, most: in
 
 
 class Service:
-    """Base of a background service: subclasses define `run_once` and `pause`.
+    """Base of a component with rounds: subclasses define `run_once` and `pause`.
 
     ``jitter`` (a fraction) spreads the pause, so the same service on several workers
-    does not run in step.
+    does not run in step. ``signal`` fires after every round, failed or not; the
+    supervisor replaces it with the process's signal of the component's name.
     """
 
-    name = "tenure-service"
-    failed_event = "service_failed"
+    name = "service"
     logger = logging.getLogger("tenure.maintenance")
     jitter = 0.0
 
     _task: asyncio.Task[None] | None = None
+    _signal: Signal | None = None
     rounds = 0  # completed rounds, failed or not (tests and the curious read it)
     failures = 0
+
+    @property
+    def signal(self) -> Signal:
+        if self._signal is None:
+            self._signal = Signal()
+        return self._signal
+
+    @signal.setter
+    def signal(self, signal: Signal) -> None:
+        self._signal = signal
+
+    def counts(self, result: Any) -> dict[str, int]:
+        """What a round's result counts, for its ``component_round`` event: a number of
+        rows, whether it acted, how many things it decided."""
+        if isinstance(result, bool):
+            return {"acted": int(result)}
+        if isinstance(result, int):
+            return {"rows": result}
+        if isinstance(result, Sized):
+            return {"items": len(result)}
+        return {}
 
     async def run_once(self) -> Any:
         raise NotImplementedError
@@ -96,7 +123,7 @@ class Service:
 
     def start(self) -> None:
         if self._task is None and self.enabled:
-            self._task = asyncio.create_task(self._loop(), name=self.name)
+            self._task = asyncio.create_task(self._loop(), name=f"tenure-{self.name}")
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -116,22 +143,44 @@ class Service:
     ) -> None:
         await self.stop()
 
+    async def round(self) -> None:
+        """One round under the error policy, its event and its signal."""
+        started = time.monotonic()
+        try:
+            counts: dict[str, Any] = self.counts(await self.run_once())
+        except (StoreError, TimeoutError) as exc:
+            self._failed(started, exc, logging.WARNING)
+        except Exception as exc:  # a bug: say so loudly, and keep the service alive
+            self._failed(started, exc, logging.ERROR)
+            self.logger.exception("%s: unexpected error in a round", self.name)
+        else:
+            log_event(
+                self.logger,
+                "component_round",
+                level=logging.DEBUG,
+                component=self.name,
+                outcome="ok",
+                duration=round(time.monotonic() - started, 4),
+                **counts,
+            )
+        self.rounds += 1
+        self.signal.fire()
+
+    def _failed(self, started: float, exc: BaseException, level: int) -> None:
+        self.failures += 1
+        log_event(
+            self.logger,
+            "component_round",
+            level=level,
+            component=self.name,
+            outcome="failed",
+            duration=round(time.monotonic() - started, 4),
+            error=type(exc).__name__,
+        )
+
     async def _loop(self) -> None:
         while True:
-            try:
-                await self.run_once()
-            except (StoreError, TimeoutError) as exc:
-                self.failures += 1
-                log_event(
-                    self.logger, self.failed_event, level=logging.WARNING, error=type(exc).__name__
-                )
-            except Exception as exc:  # a bug: say so loudly, and keep the service alive
-                self.failures += 1
-                log_event(
-                    self.logger, self.failed_event, level=logging.ERROR, error=type(exc).__name__
-                )
-                self.logger.exception("%s: unexpected error in a round", self.name)
-            self.rounds += 1
+            await self.round()
             pause = self.pause()
             if self.jitter:
                 pause *= random.uniform(1 - self.jitter, 1 + self.jitter)  # noqa: S311

@@ -75,8 +75,7 @@ class StatisticsConfig:
 class StatisticsKeeper(Service):
     """One worker's statistics keeper (see the module docstring)."""
 
-    name = "tenure-statistics"
-    failed_event = "statistics_failed"
+    name = "statistics"
     logger = logger
 
     def __init__(self, store: Store, config: StatisticsConfig | None = None) -> None:

@@ -49,8 +49,7 @@ class WorkerPrunerConfig:
 class WorkerPruner(Service):
     """One worker's pruner of the workers registry (see the module docstring)."""
 
-    name = "tenure-worker-pruner"
-    failed_event = "worker_prune_failed"
+    name = "worker_pruner"
     logger = logger
     jitter = 0.1
 

@@ -21,9 +21,8 @@ users see them through ``tenure.telemetry`` (``attach``, the catalogue `_events.
     _dashboard  the dashboard's routes, sessions and CSRF
     _workers_page  the dashboard's workers page: alive, silent, stopped, leases held
     _queues_page   the dashboard's queues page: per tool and minute, in and out (SVG)
-    _tracing    the seam tracing plugs into: ``current`` is None until tenure.otel installs
-                a tracer (imports nothing of OpenTelemetry)
-    _otel       that tracer: spans on OpenTelemetry, loaded only by tenure.otel
+    _otel       the tracing interceptor (tenure._intercept): spans on OpenTelemetry,
+                loaded only by tenure.otel
 """
 
 from typing import Any

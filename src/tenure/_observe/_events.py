@@ -257,13 +257,17 @@ _SPECS = (
         "the writer's buffer was full (database away too long): how many events were dropped",
     ),
     EventSpec(
-        "journal_write_failed",
-        "journal writer (log)",
+        "component_round",
+        "every background component with rounds (log: DEBUG when ok)",
         "-",
-        "a batch could not be written; it is kept and tried again",
+        "a round of a background component ended (Oban's plugin span): component (rescuer, "
+        "scheduler, job_pruner, journal_pruner, worker_pruner, statistics, journal_writer), "
+        "outcome ok or failed, duration, its counts (rows, acted, items); a failed round "
+        "carries the error class (WARNING for a database error, ERROR for a bug) and the "
+        "component tries again next round. The journal writer reports only its failures "
+        "(once per streak, with what it still buffers)",
     ),
     EventSpec("events_pruned", "pruner (log)", "-", "journal rows past retention were deleted"),
-    EventSpec("prune_failed", "pruner (log)", "-", "a prune sweep failed (error class)"),
     EventSpec(
         "dispatched",
         "pipeline transition statement",
@@ -278,7 +282,6 @@ _SPECS = (
         "a rescue sweep acted: leases failed on their last attempt (each journaled as "
         "lease_expired + failed), runs re-dispatched or adopted, intents resent",
     ),
-    EventSpec("rescue_failed", "rescuer (log)", "-", "a rescue sweep failed (error class)"),
     EventSpec(
         "mcp_enqueue_failed",
         "MCP server (log)",
@@ -298,14 +301,12 @@ _SPECS = (
         "an MCP tasks/* request could not be answered (step, error class)",
     ),
     EventSpec("jobs_pruned", "job pruner (log)", "-", "finished jobs past retention were deleted"),
-    EventSpec("job_prune_failed", "job pruner (log)", "-", "a job prune sweep failed"),
     EventSpec(
         "workers_pruned",
         "worker pruner (log)",
         "-",
         "registry rows of workers not seen for the pruner's horizon were deleted",
     ),
-    EventSpec("worker_prune_failed", "worker pruner (log)", "-", "a worker prune sweep failed"),
     EventSpec(
         "worker_unregister_failed",
         "worker (log)",
@@ -319,7 +320,6 @@ _SPECS = (
         "-",
         "tenure_jobs was analyzed after a burst made the planner's statistics wrong",
     ),
-    EventSpec("statistics_failed", "statistics keeper (log)", "-", "a statistics look failed"),
     EventSpec(
         "slot_enqueued",
         "scheduler (log)",
@@ -329,7 +329,6 @@ _SPECS = (
     EventSpec(
         "slot_skipped", "scheduler (log)", "-", "a missed slot was skipped, per its schedule"
     ),
-    EventSpec("schedule_failed", "scheduler (log)", "-", "a scheduler sweep failed"),
 )
 
 EVENTS: MappingProxyType[str, EventSpec] = MappingProxyType({s.kind: s for s in _SPECS})

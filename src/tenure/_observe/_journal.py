@@ -23,6 +23,7 @@ from collections.abc import Iterable
 
 from .._errors import ConfigError, StoreError
 from .._log import Event, log_event
+from .._maintenance._supervisor import Signal
 from .._store import JournalRow, Store
 from ._events import EVENTS, WRITER_KINDS
 
@@ -89,7 +90,12 @@ class JournalWriter:
     whose store it uses. ``worker`` restricts it to one worker's events (two workers in
     one process must not journal each other's). When the database is away the buffer
     keeps up to ``capacity`` events and drops (and counts) the rest.
+
+    A supervisor's component (``journal_writer``): ``signal`` fires after each flush
+    that wrote; a failed flush is a failed ``component_round``, once per streak.
     """
+
+    name = "journal_writer"
 
     def __init__(
         self,
@@ -113,6 +119,7 @@ class JournalWriter:
         self._unreported = 0
         self._failing = False
         self._stopping = False
+        self.signal = Signal()
 
     @property
     def kinds(self) -> frozenset[str]:
@@ -166,6 +173,8 @@ class JournalWriter:
             with self._lock:
                 batch = [self._buffer[i] for i in range(min(len(self._buffer), MAX_BATCH))]
             if not batch:
+                if written:
+                    self.signal.fire()
                 return written
             rows = [to_row(event) for event in batch]
             async with asyncio.timeout(WRITE_TIMEOUT):  # not wait_for: it may swallow a cancel
@@ -187,8 +196,10 @@ class JournalWriter:
                     self._failing = True
                     log_event(
                         logger,
-                        "journal_write_failed",
+                        "component_round",
                         level=logging.WARNING,
+                        component=self.name,
+                        outcome="failed",
                         error=type(exc).__name__,
                         buffered=len(self._buffer),
                     )

@@ -1,7 +1,9 @@
 """Prometheus metrics: what this process saw (events) and what the database holds (on scrape).
 
-`Metrics` is an event handler (see ``tenure._log.attach``): it turns the events
-of the telemetry contract into counters and histograms in a private
+`Metrics` is an event handler (see ``tenure._log.attach``) and, for what every job
+does (its claim, its call), an interceptor (`MetricsInterceptor`, tenure._intercept) in
+every chain of the process: it turns the telemetry contract into counters and histograms
+in a private
 `CollectorRegistry` — never prometheus-client's global one, so two apps in one
 process, or a test, never share numbers by accident. `DatabaseGauges` computes
 queue depth, oldest queued age and the state of held leases from the database
@@ -24,19 +26,32 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .._errors import StoreError
+from .._intercept import Interceptor, add_process
 from .._log import Event
+from .._store import Finish
 from ._events import EVENTS, JOURNAL_KINDS
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from .._registry import ToolSpec
-    from .._store import JournalCount, QueueDepth, RunningSummary, Store, WaitingSummary
+    from .._store import (
+        ClaimedJob,
+        JournalCount,
+        QueueDepth,
+        RunningSummary,
+        Store,
+        WaitingSummary,
+    )
+
+R = TypeVar("R")
 
 LABEL_KEYS = ("model", "provider")
 TOOL_LABELS = ("tool", *LABEL_KEYS)
@@ -70,6 +85,9 @@ NOT_EMITTED = frozenset(
     }
 )
 Labels = tuple[str, ...]
+# What every job does, counted by `MetricsInterceptor` where it happens rather than from its
+# event: with metrics on, a busy worker still skips building these DEBUG events.
+INTERCEPTED = frozenset({"job_claimed", "call_finished", "call_abandoned"})
 
 
 class ToolLabels:
@@ -269,19 +287,47 @@ class Metrics:
             self._child(self.tool_duration, *tool, outcome).observe(seconds)
 
 
+class MetricsInterceptor(Interceptor):
+    """Claims and tool calls into `Metrics`, from the chain around them: the same series
+    (and ``tenure_events_total`` kinds) their events would feed."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def claimed(self, job: ClaimedJob, worker: str) -> None:
+        m = self._metrics
+        tool = m.labels(job.tool)
+        m._child(m.events, "job_claimed").inc()
+        m._child(m.claimed, *tool).inc()
+        if job.previous_token is not None:
+            m._child(m.reclaimed, *tool).inc()
+
+    async def call(self, job: ClaimedJob, worker: str, proceed: Callable[[], Awaitable[R]]) -> R:
+        started = time.monotonic()
+        outcome = await proceed()
+        m = self._metrics
+        finished = isinstance(outcome, Finish)
+        m._child(m.events, "call_finished" if finished else "call_abandoned").inc()
+        state = outcome.state if isinstance(outcome, Finish) else "abandoned"
+        m._child(m.tool_duration, *m.labels(job.tool), state).observe(time.monotonic() - started)
+        return outcome
+
+
 _process_metrics: Metrics | None = None
 _process_lock = threading.Lock()
 
 
 def process_metrics() -> Metrics:
-    """This process's Metrics, created and attached to the event stream on first use."""
+    """This process's Metrics, created on first use: attached to the event stream (the
+    catalogue's kinds, but those its interceptor counts) and to every chain."""
     global _process_metrics
     with _process_lock:
         if _process_metrics is None:
             from .._log import attach
 
             _process_metrics = Metrics()
-            attach(_process_metrics)
+            attach(_process_metrics, kinds=(EVENTS.keys() - INTERCEPTED))
+            add_process(MetricsInterceptor(_process_metrics))
         return _process_metrics
 
 

@@ -37,7 +37,7 @@ from collections.abc import (
 )
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -46,15 +46,16 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.util.types import AttributeValue
 
 from .._errors import ConfigError
+from .._intercept import Carrier, Interceptor, add_process, remove_process
 from .._job import Enqueued, Job
 from .._log import Event, attach
 from .._store import ClaimedJob, Finish, NewJob
 from .._version import __version__
-from . import _tracing
-from ._tracing import Carrier
 
 if TYPE_CHECKING:
-    from .._worker._executor import Abandoned
+    from .._intercept import Insert, InsertMany
+
+R = TypeVar("R")
 
 ENQUEUE = "tenure.enqueue"
 CLAIM = "tenure.claim"
@@ -142,10 +143,11 @@ def _epoch_ns(monotonic: float) -> int:
     return time.time_ns() - round((time.monotonic() - monotonic) * 1e9)
 
 
-def _call_outcome(outcome: Finish | Abandoned) -> tuple[str, str | None]:
-    """The journal's word for what an attempt's call produced, and its code."""
+def _call_outcome(outcome: object) -> tuple[str, str | None]:
+    """The journal's word for what an attempt's call produced (a `Finish`, or the
+    worker's ``Abandoned``, which has a ``reason``), and its code."""
     if not isinstance(outcome, Finish):
-        return "abandoned", outcome.reason
+        return "abandoned", getattr(outcome, "reason", None)
     given = (outcome.error or {}).get("code")
     code = None if given is None else str(given)
     if outcome.state == "queued":
@@ -171,8 +173,9 @@ class _Attempt:
     call: Span | None = None
 
 
-class OtelTracer:
-    """`tenure._observe._tracing.Tracer` on an OpenTelemetry tracer provider."""
+class OtelTracer(Interceptor):
+    """The tracing interceptor (`tenure._intercept.Interceptor`) on an OpenTelemetry
+    tracer provider."""
 
     def __init__(self, provider: trace.TracerProvider | None = None) -> None:
         self._tracer = trace.get_tracer("tenure", __version__, tracer_provider=provider)
@@ -221,21 +224,19 @@ class OtelTracer:
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
                 raise
 
-    async def enqueue(self, job: NewJob, insert: Callable[[NewJob], Awaitable[Job]]) -> Job:
+    async def enqueue(self, job: NewJob, proceed: Insert) -> Job:
         with self._producing(job.tool, 1) as (span, carrier):
-            found = await insert(replace(job, trace_context=carrier))
+            found = await proceed(replace(job, trace_context=carrier))
             span.set_attributes({"tenure.job.id": found.id, "tenure.job.created": found.created})
             return found
 
     async def enqueue_many(
-        self,
-        jobs: Sequence[NewJob],
-        insert: Callable[[Sequence[NewJob], Carrier | None], Awaitable[list[Enqueued]]],
+        self, jobs: Sequence[NewJob], carrier: Carrier | None, proceed: InsertMany
     ) -> list[Enqueued]:
         if not jobs:
-            return await insert(jobs, None)
-        with self._producing(jobs[0].tool, len(jobs)) as (span, carrier):
-            done = await insert(jobs, carrier)
+            return await proceed(jobs, carrier)
+        with self._producing(jobs[0].tool, len(jobs)) as (span, injected):
+            done = await proceed(jobs, injected)
             span.set_attribute("tenure.jobs.created", sum(e.created for e in done))
             return done
 
@@ -260,9 +261,7 @@ class OtelTracer:
             self._attempts.pop(next(iter(self._attempts)), None)
         self._attempts[(job.id, job.token)] = _Attempt(trace.set_span_in_context(span))
 
-    async def call(
-        self, job: ClaimedJob, worker: str, run: Awaitable[Finish | Abandoned]
-    ) -> Finish | Abandoned:
+    async def call(self, job: ClaimedJob, worker: str, proceed: Callable[[], Awaitable[R]]) -> R:
         key = (job.id, job.token)
         attempt = self._attempts.get(key)
         context = _ROOT if attempt is None else attempt.context
@@ -271,7 +270,7 @@ class OtelTracer:
             if attempt is not None:
                 attempt.call = span
             try:
-                outcome = await run
+                outcome = await proceed()
             except BaseException as exc:  # the worker is going down hard: no commit follows
                 self._attempts.pop(key, None)
                 _settle(span, "interrupted", type(exc).__name__)
@@ -283,7 +282,7 @@ class OtelTracer:
             return outcome
 
     async def commit(
-        self, job: ClaimedJob, worker: str, finish: Finish, commit: Awaitable[bool]
+        self, job: ClaimedJob, worker: str, finish: Finish, proceed: Callable[[], Awaitable[bool]]
     ) -> bool:
         key = (job.id, job.token)
         attempt = self._attempts.get(key)
@@ -296,7 +295,7 @@ class OtelTracer:
         try:
             with self._span(COMMIT, SpanKind.CLIENT, attributes, context) as span:
                 try:
-                    accepted = await commit
+                    accepted = await proceed()
                 except BaseException as exc:
                     span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
                     raise
@@ -348,7 +347,9 @@ class OtelTracer:
     def outgoing_headers(self) -> Carrier:
         return _injected() or {}
 
-    async def fence_request(self, scope: MutableMapping[str, Any], run: Awaitable[None]) -> None:
+    async def fence_request(
+        self, scope: MutableMapping[str, Any], proceed: Callable[[], Awaitable[None]]
+    ) -> None:
         context = None  # an ASGI instrumentation's server span, when there is one
         if not trace.get_current_span().get_span_context().is_valid:
             context = parent_of(header_carrier(scope.get("headers", ())))
@@ -356,7 +357,7 @@ class OtelTracer:
         with self._span(FENCE, SpanKind.SERVER, attributes, context) as span:
             reset = _fence_span.set(span)
             try:
-                await run
+                await proceed()
             except BaseException as exc:
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
                 raise
@@ -381,14 +382,15 @@ class OtelTracer:
 # -- turning it on and off (tenure.otel) ---------------------------------------------------
 
 _lock = threading.Lock()
-_detach: Callable[[], None] | None = None
+_installed: tuple[OtelTracer, Callable[[], None]] | None = None  # the tracer, its detach
 
 
 def instrument(*, tracer_provider: trace.TracerProvider | None = None) -> None:
     """Trace tenure's work in this process from now on (calling it again replaces the
-    provider). ``tracer_provider`` defaults to OpenTelemetry's global one, looked up when
-    each span starts, so it may be set after this call."""
-    global _detach
+    provider): the tracer becomes one of the process's interceptors, at the end of every
+    App's, worker's and fence's chain. ``tracer_provider`` defaults to OpenTelemetry's
+    global one, looked up when each span starts, so it may be set after this call."""
+    global _installed
     if tracer_provider is not None and not isinstance(tracer_provider, trace.TracerProvider):
         raise ConfigError(
             "tracer_provider must be an opentelemetry.trace.TracerProvider, got "
@@ -396,22 +398,26 @@ def instrument(*, tracer_provider: trace.TracerProvider | None = None) -> None:
         )
     tracer = OtelTracer(tracer_provider)
     with _lock:
-        if _detach is not None:
-            _detach()
-        _detach = attach(tracer.on_event, kinds=EVENT_KINDS)
-        _tracing.install(tracer)
+        _remove()
+        add_process(tracer)
+        _installed = tracer, attach(tracer.on_event, kinds=EVENT_KINDS)
 
 
 def uninstrument() -> None:
-    """Stop tracing: the hooks are None again, as if `instrument` had never been called."""
-    global _detach
+    """Stop tracing: the chains are as if `instrument` had never been called."""
     with _lock:
-        _tracing.install(None)
-        if _detach is not None:
-            _detach()
-            _detach = None
+        _remove()
+
+
+def _remove() -> None:
+    global _installed
+    if _installed is not None:
+        tracer, detach = _installed
+        _installed = None
+        remove_process(tracer)
+        detach()
 
 
 def is_instrumented() -> bool:
     """Whether `instrument` is in effect in this process."""
-    return _tracing.current is not None
+    return _installed is not None

@@ -1,14 +1,17 @@
-"""What a worker runs for observability: the journal writer, the pruner and /metrics."""
+"""What a worker runs for observability, as components of its supervisor: the journal
+writer, the journal pruner and /metrics."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 from .._log import attach, log_event
 from .._maintenance._journal_pruner import JournalPruner, JournalPrunerConfig
+from .._maintenance._supervisor import Component, Signal
 from .._store import Store
 from ._events import WRITER_KINDS
 from ._journal import JournalWriter
@@ -36,27 +39,52 @@ class TelemetryOptions:
     pruner: JournalPrunerConfig | None = None
 
 
-class WorkerTelemetry:
-    """Started and stopped with a worker; everything here is off the claim/commit path."""
+class JournalFeed:
+    """The ``journal_writer`` component: the writer, attached to the process's events
+    while it runs (only this worker's, only the kinds it journals)."""
 
-    def __init__(
-        self, registry: ToolRegistry, worker: str, store: Store, options: TelemetryOptions
-    ) -> None:
+    name = "journal_writer"
+
+    def __init__(self, writer: JournalWriter) -> None:
+        self.writer = writer
+        self._detach: Callable[[], None] | None = None
+
+    @property
+    def signal(self) -> Signal:
+        return self.writer.signal
+
+    @signal.setter
+    def signal(self, signal: Signal) -> None:
+        self.writer.signal = signal
+
+    def start(self) -> None:
+        if self._detach is None:
+            self._detach = attach(self.writer, self.writer.kinds)
+        self.writer.start()
+
+    async def stop(self) -> None:
+        await self.writer.stop()
+        detach, self._detach = self._detach, None
+        if detach is not None:
+            detach()
+
+
+class MetricsServer:
+    """The ``metrics`` component: /metrics on a thread of its own (uvicorn), fed by events
+    and, for claims and calls, by its interceptor (tenure._observe._metrics)."""
+
+    name = "metrics"
+
+    def __init__(self, registry: ToolRegistry, worker: str, host: str, port: int) -> None:
         self._registry = registry
         self._worker = worker
-        kinds = WRITER_KINDS | ({"heartbeat_ok"} if options.journal_heartbeats else set())
-        self.writer = JournalWriter(store, kinds=kinds, worker=worker)
-        self.pruner = JournalPruner(store, options.pruner)
-        self._metrics_port = options.metrics_port
-        self._metrics_host = options.metrics_host
+        self._host = host
+        self._port = port
         self._server: ServerThread | None = None
-        self._detach = attach(self.writer, self.writer.kinds)
-        self.metrics_url: str | None = None
+        self.url: str | None = None
 
     async def start(self) -> None:
-        self.writer.start()
-        self.pruner.start()
-        if self._metrics_port is None:
+        if self._server is not None:
             return
         # Imported here: a worker without /metrics never loads uvicorn or prometheus-client.
         from ._http import MetricsState, ServerThread, metrics_app
@@ -67,28 +95,40 @@ class WorkerTelemetry:
         metrics.prime(self._registry.tools)  # every counter at zero before the first incident
         state = MetricsState([metrics.registry], DatabaseGauges(metrics.labels))
         server = ServerThread(
-            metrics_app(self._registry.dsn, state),
-            self._metrics_host,
-            self._metrics_port,
-            name="tenure-metrics",
+            metrics_app(self._registry.dsn, state), self._host, self._port, name="tenure-metrics"
         )
-        self.metrics_url = await asyncio.to_thread(server.start)
+        self.url = await asyncio.to_thread(server.start)
         self._server = server
-        log_event(
-            logger, "metrics_listening", worker=self._worker, url=self.metrics_url + "/metrics"
-        )
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+        log_event(logger, "metrics_listening", worker=self._worker, url=self.url + "/metrics")
 
     async def stop(self) -> None:
-        if self._server is not None:
-            await asyncio.to_thread(self._server.stop)
-            self._server = None
-        await self.pruner.stop()
-        await self.writer.stop()
-        self._detach()
+        server, self._server = self._server, None
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+
+
+class WorkerTelemetry:
+    """A worker's observability as components of its supervisor: the journal writer, the
+    journal pruner and /metrics; everything here is off the claim/commit path."""
+
+    def __init__(
+        self, registry: ToolRegistry, worker: str, store: Store, options: TelemetryOptions
+    ) -> None:
+        kinds = WRITER_KINDS | ({"heartbeat_ok"} if options.journal_heartbeats else set())
+        self.writer = JournalWriter(store, kinds=kinds, worker=worker)
+        self.pruner = JournalPruner(store, options.pruner)
+        self._metrics = (
+            None
+            if options.metrics_port is None
+            else MetricsServer(registry, worker, options.metrics_host, options.metrics_port)
+        )
+
+    @property
+    def components(self) -> list[Component]:
+        """In the order the supervisor starts them (and stops them in reverse)."""
+        feed: list[Component] = [JournalFeed(self.writer), self.pruner]
+        return feed if self._metrics is None else [*feed, self._metrics]
+
+    @property
+    def metrics_url(self) -> str | None:
+        return None if self._metrics is None else self._metrics.url

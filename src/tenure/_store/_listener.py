@@ -49,8 +49,11 @@ class Listener:
     was announced while the connection was down is lost, so the owner looks again.
     With ``probe`` (a function that sends ``pg_notify(channel, payload)`` on another
     connection), each connection is first checked to really hear notifications;
-    `delivers` says whether the last check did.
+    `delivers` says whether the last check did. A worker's supervisor runs it as its
+    ``listener`` component.
     """
+
+    name = "listener"
 
     def __init__(
         self,

@@ -2,8 +2,9 @@
 
 Module map (a job passes through them top to bottom):
 
-    _worker     Worker: the claim loop (woken by NOTIFY or a timer), one task per call,
-                its services on one exit stack, soft then hard shutdown
+    _worker     Worker: the claim loop (woken by NOTIFY or a timer), one task per call
+                wrapped by the App's interceptors, every background loop under one
+                supervisor (tenure._maintenance._supervisor), soft then hard shutdown
     _ownership  what the process knows of one lease: owned / unknown / lost, and the
                 conservative local deadline (shared by the heartbeat thread and the tool)
     _heartbeat  HeartbeatThread: one batched, fenced extension per tick on its own thread

@@ -37,6 +37,7 @@ from typing import Protocol, Self
 
 from .._errors import DataRejected, StoreError, TenureError
 from .._log import log_event
+from .._maintenance._supervisor import Signal
 from .._store import ClaimedJob, Finish, Store, store_error
 from ._ownership import Ownership
 
@@ -66,6 +67,11 @@ class _Pending:
 
 
 class Completer:
+    """The supervisor's ``completer`` component: one task commits batch after batch;
+    ``signal`` fires after each batch."""
+
+    name = "completer"
+
     def __init__(
         self,
         store: Store,
@@ -79,6 +85,7 @@ class Completer:
         self._on_result = on_result
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self.signal = Signal()
 
     def start(self) -> None:
         if self._task is None:
@@ -110,6 +117,7 @@ class Completer:
             while len(batch) < MAX_BATCH and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             await self._flush(batch)
+            self.signal.fire()
 
     async def _flush(self, batch: list[_Pending]) -> None:
         waiting = [p for p in batch if p.finish.state == "waiting"]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._context import Context
 from .._errors import PolicyError, StoreError
+from .._intercept import Chain, Interceptors
 from .._log import enabled, log_event
 from .._maintenance._job_pruner import JobPruner, JobPrunerConfig
 from .._maintenance._journal_pruner import JournalPrunerConfig
@@ -32,8 +33,8 @@ from .._maintenance._rescuer import Rescuer, RescuerConfig
 from .._maintenance._scheduler import Scheduler, SchedulerConfig
 from .._maintenance._service import Service
 from .._maintenance._statistics import StatisticsConfig, StatisticsKeeper
+from .._maintenance._supervisor import Signals, Supervisor, Task, Thread
 from .._maintenance._worker_pruner import WorkerPruner, WorkerPrunerConfig
-from .._observe import _tracing
 from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
 from .._store import ClaimedJob, Listener, Store, WorkerRegistration
@@ -111,6 +112,11 @@ class Worker:
     The worker registers itself in ``tenure_workers`` at start (`App.admin.workers`,
     ``tenure workers``); its heartbeat thread keeps the row alive at least every
     ``keepalive`` seconds, and readers call it silent after three periods unseen.
+
+    Every background loop runs under one ``supervisor``; ``signals`` are what a test
+    awaits instead of time: ``await worker.signals["rescuer"].wait()`` returns after the
+    rescuer's next round (``completer``: a batch committed; ``journal_writer``: a batch
+    written).
     """
 
     def __init__(
@@ -191,6 +197,10 @@ class Worker:
         self._recheck: asyncio.Task[None] | None = None
         self._acks: set[asyncio.Task[None]] = set()
         self.counts: Counter[str] = Counter()
+        self._interceptors: Interceptors = registry.interceptors  # around claim, call, commit
+        # River's test signals: a test awaits signals["rescuer"].wait() (a round done).
+        self.signals = Signals()
+        self.supervisor: Supervisor | None = None  # while run() runs
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -232,28 +242,34 @@ class Worker:
             # Runs after the heartbeat thread has stopped (the stack unwinds in reverse), so
             # no keep-alive can follow the stop.
             stack.push_async_callback(self._unregister, store)
-            telemetry = await stack.enter_async_context(
-                WorkerTelemetry(self.registry, self.name, store, self._telemetry)
-            )
-            self.metrics_url = telemetry.metrics_url
+            telemetry = WorkerTelemetry(self.registry, self.name, store, self._telemetry)
             executor = Executor()
-            heartbeat = stack.enter_context(HeartbeatThread(dsn, self.name, registration))
-            completer = await stack.enter_async_context(
-                Completer(store, self.name, self._count, stages=Transitions(store))
+            heartbeat = HeartbeatThread(dsn, self.name, registration)
+            completer = Completer(store, self.name, self._count, stages=Transitions(store))
+            listener = Listener(
+                dsn,
+                ("tenure_jobs", "tenure_cancel"),
+                functools.partial(self._notified, heartbeat),
+                on_connect=functools.partial(self._listening, store, heartbeat),
+                name=self.name,
             )
-            for service in self._services(store):
-                await stack.enter_async_context(service)
-            await stack.enter_async_context(
-                Listener(
-                    dsn,
-                    ("tenure_jobs", "tenure_cancel"),
-                    functools.partial(self._notified, heartbeat),
-                    on_connect=functools.partial(self._listening, store, heartbeat),
-                    name=self.name,
-                )
+            # The process's one list of background loops, started in this order and stopped
+            # in reverse: the journal writer outlives the heartbeat thread whose events it
+            # writes; the listener (and the pulse) stop first.
+            self.supervisor = Supervisor(
+                [
+                    *telemetry.components,
+                    Thread("heartbeat", heartbeat),
+                    completer,
+                    *self._services(store),
+                    listener,
+                    Task("pulse", self._pulse),
+                ],
+                self.signals,
             )
+            await stack.enter_async_context(self.supervisor)
+            self.metrics_url = telemetry.metrics_url
             stack.push_async_callback(self._stop_recheck)  # before the listener stops
-            stack.push_async_callback(_cancel_and_wait, asyncio.create_task(self._pulse()))
             log_event(
                 logger,
                 "worker_started",
@@ -265,7 +281,7 @@ class Worker:
             await self._drain()
 
     def _services(self, store: Store) -> list[Service]:
-        """The background services of this worker, each on the one `Service` contract."""
+        """The maintenance services of this worker: the components with rounds."""
         return [
             Rescuer(store, self._rescuer_config),
             Scheduler(
@@ -455,11 +471,11 @@ class Worker:
                 reclaimed_from=job.previous_owner,
                 previous_token=job.previous_token,
             )
-        tracer = _tracing.current
-        if tracer is not None:
-            tracer.claimed(job, self.name)
+        chain = self._interceptors.chain()
+        if chain is not None:
+            chain.claimed(job, self.name)
         task = asyncio.create_task(
-            self._execute(job, ctx, ownership, executor, completer, heartbeat),
+            self._execute(job, ctx, ownership, executor, completer, heartbeat, chain),
             name=f"tenure-job-{job.id}",
         )
         self._active[job.id] = task
@@ -512,13 +528,13 @@ class Worker:
         executor: Executor,
         completer: Completer,
         heartbeat: HeartbeatThread,
+        chain: Chain | None,
     ) -> None:
         spec = self.registry.tools[job.tool]
         started = time.monotonic()
-        tracer = _tracing.current
         try:
             run = executor.run(spec, ctx, job, self._stop_reasons)
-            finish = await (run if tracer is None else tracer.call(job, self.name, run))
+            finish = await (run if chain is None else chain.call(job, self.name, lambda: run))
         except asyncio.CancelledError:
             return  # the worker itself is going down hard; the lease will expire
         if isinstance(finish, Abandoned):
@@ -561,7 +577,7 @@ class Worker:
         # The last progress report not yet written goes with the outcome, fenced with it.
         finish.progress_json = heartbeat.take_progress(job.id)
         commit = completer.commit(job, finish, ownership)
-        await (commit if tracer is None else tracer.commit(job, self.name, finish, commit))
+        await (commit if chain is None else chain.commit(job, self.name, finish, lambda: commit))
 
     # -- background ------------------------------------------------------------
 

@@ -32,15 +32,16 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from tenure._errors import StaleFence
-from tenure._observe import _tracing
+from tenure._intercept import Interceptor, Interceptors
 
 from ._core import FenceSlot, StoredResponse, fingerprint, split_final_declaration
 from ._errors import BadSignature, FingerprintMismatch, MalformedFence, RequestInProgress
@@ -102,6 +103,8 @@ class FenceMiddleware:
     fence (default: all); on other paths a fence is checked if present.
     ``two_phase`` switches the guard to its two-phase mode for apps whose
     effect lives outside the guard's database (see tenure.fence._guard).
+    ``interceptors`` (`tenure.telemetry.Interceptor`) wrap each fenced request and hear
+    each verdict; `tenure.otel.instrument()` adds its tracer to every middleware's chain.
     """
 
     def __init__(
@@ -114,8 +117,10 @@ class FenceMiddleware:
         two_phase: bool = False,
         max_body_bytes: int = 1024 * 1024,
         on_decision: Callable[[FenceDecision], None] | None = None,
+        interceptors: Sequence[Interceptor] = (),
     ) -> None:
         self.app = app
+        self._interceptors = Interceptors(interceptors)
         self._guard = guard
         self._required = tuple(p.rstrip("/") + "/" for p in required_paths)
         self._methods = frozenset(m.upper() for m in methods)
@@ -127,11 +132,11 @@ class FenceMiddleware:
         if scope["type"] != "http" or scope["method"] not in self._methods:
             await self.app(scope, receive, send)
             return
-        tracer = _tracing.current
-        if tracer is None:
+        chain = self._interceptors.chain()
+        if chain is None:
             await self._fence(scope, receive, send)
-        else:  # a span continuing the sender's trace (its traceparent), the app's spans inside
-            await tracer.fence_request(scope, self._fence(scope, receive, send))
+        else:  # e.g. a span continuing the sender's trace (its traceparent), the app's inside
+            await chain.fence_request(scope, functools.partial(self._fence, scope, receive, send))
 
     async def _fence(self, scope: Scope, receive: Receive, send: Send) -> None:
         arrival = (time.monotonic(), time.time())
@@ -235,10 +240,10 @@ class FenceMiddleware:
         status: int,
         detail: str | None,
     ) -> None:
-        tracer = _tracing.current
-        if tracer is not None:
+        chain = self._interceptors.chain()
+        if chain is not None:
             scope_token = (None, None) if fence is None else (fence.scope, fence.token)
-            tracer.fence_decided(outcome, status, *scope_token)
+            chain.fence_decided(outcome, status, *scope_token)
         if self._on_decision is None:
             return
         decision = FenceDecision(

@@ -10,14 +10,14 @@ The receiver's fence stops whatever slips through that gap.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Protocol, Unpack, runtime_checkable
 
 import httpx
 
 from .._errors import StaleFence
+from .._intercept import Interceptor, Interceptors
 from .._log import log_event
-from .._observe import _tracing
 from ._errors import RequestInProgress
 from ._signing import KEY_HEADER, SentRequest
 
@@ -48,25 +48,29 @@ class FencedAuth(httpx.Auth):
     the request's method, URL path and query and its body, which httpx reads
     before the flow runs (``requires_request_body``). Redirects are not
     re-checked: leave httpx's ``follow_redirects`` off (its default) for fenced
-    calls. With ``tenure.otel`` instrumented, the current span's ``traceparent``
-    (and ``tracestate``) go along too, unless the request carries its own.
+    calls. ``interceptors`` add headers of their own; with ``tenure.otel``
+    instrumented, the current span's ``traceparent`` (and ``tracestate``) go along too,
+    unless the request carries its own.
     """
 
     requires_request_body = True
 
-    def __init__(self, source: FenceSource, operation: str) -> None:
+    def __init__(
+        self, source: FenceSource, operation: str, *, interceptors: Sequence[Interceptor] = ()
+    ) -> None:
         if not operation:
             raise ValueError("a fenced request needs an operation name")
         self._source = source
         self._operation = operation
+        self._interceptors = Interceptors(interceptors)
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         headers = self._source.fence_headers(
             self._operation, method=request.method, path=str(request.url), body=request.content
         )
-        tracer = _tracing.current
-        if tracer is not None:  # the receiver's spans join the sender's trace
-            for name, value in tracer.outgoing_headers().items():
+        chain = self._interceptors.chain()
+        if chain is not None:  # e.g. a traceparent: the receiver's spans join the sender's trace
+            for name, value in chain.outgoing_headers().items():
                 request.headers.setdefault(name, value)
         self._source.ensure_owned()  # last, so nothing slow runs between the check and the send
         request.headers.update(headers)

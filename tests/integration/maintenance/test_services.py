@@ -1,23 +1,19 @@
 """Every background service of a worker follows one contract: start/stop (also as
 ``async with``), ``run_once`` callable directly, and one error policy: a round that fails,
-whether the database refused it or the code has a bug, is logged and the service lives on."""
+whether the database refused it or the code has a bug, is logged as a failed
+``component_round`` and the service lives on. Tests await a service's signal, not time."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from functools import partial
 from typing import Any
 
 import pytest
-from tests.support.waiting import wait_until_async
 
 from tenure import App, Context
 from tenure._maintenance._service import Service
 from tenure._store import Store
-
-
-def three_rounds(service: Service) -> bool:
-    return service.rounds >= 3
 
 
 def worker_services(store: Store, dsn: str) -> list[Service]:
@@ -52,11 +48,14 @@ async def test_each_service_logs_a_failed_round_and_lives_on(
         service.pause = lambda: 0.01  # type: ignore[method-assign]
         caplog.clear()
         with caplog.at_level(logging.WARNING):
+            rounds = service.signal.next(3)
             async with service:
                 async with service:  # entering twice starts one loop
-                    await wait_until_async(partial(three_rounds, service), timeout=20)
+                    async with asyncio.timeout(20):
+                        await rounds
         assert service.failures == 1 and len(calls) >= 3, type(service).__name__
-        logged = [r for r in caplog.records if service.failed_event in r.getMessage()]
+        failed = ("component_round", f"component={service.name} ", "outcome=failed")
+        logged = [r for r in caplog.records if all(f in r.getMessage() for f in failed)]
         assert logged, type(service).__name__
         # A database's refusal is routine (WARNING); anything else is a bug (ERROR).
         expected = logging.WARNING if isinstance(failure, TimeoutError) else logging.ERROR

@@ -17,8 +17,7 @@ from tests.integration.otel.spans import Traced
 
 import tenure._log
 import tenure.otel
-from tenure import ConfigError
-from tenure._observe import _tracing
+from tenure import ConfigError, _intercept
 from tenure.fence import FencedAuth
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -121,14 +120,17 @@ def test_instrument_takes_a_tracer_provider_only() -> None:
     assert not tenure.otel.is_instrumented()
 
 
-def test_uninstrument_removes_the_hooks_and_the_event_handler() -> None:
+def test_uninstrument_removes_the_interceptor_and_the_event_handler() -> None:
     handlers = tenure._log._handlers
+    before = _intercept.process_interceptors()  # a worker's metrics may have added theirs
     tenure.otel.instrument()
     tenure.otel.instrument()  # again: replaces, never doubles
-    assert tenure.otel.is_instrumented() and _tracing.current is not None
+    assert tenure.otel.is_instrumented() and len(_intercept.process_interceptors()) == 1 + len(
+        before
+    )
     assert len(tenure._log._handlers) == len(handlers) + 1
     tenure.otel.uninstrument()
-    assert _tracing.current is None and tenure._log._handlers == handlers
+    assert _intercept.process_interceptors() == before and tenure._log._handlers == handlers
     tenure.otel.uninstrument()  # idempotent
     assert not tenure.otel.is_instrumented()
 

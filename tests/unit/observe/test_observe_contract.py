@@ -4,17 +4,19 @@ metrics from events, keyed hashes, label caps and the rules that refuse bad sett
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import logging
 import re
 from pathlib import Path
-from typing import TypedDict
+from types import SimpleNamespace
+from typing import TypedDict, cast
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tenure import App, PolicyError
-from tenure._errors import ConfigError
+from tenure._errors import ConfigError, ConnectionLost
 from tenure._log import Event, attach, log_event
 from tenure._maintenance._journal_pruner import JournalPrunerConfig
 from tenure._observe._dashboard import check_bind
@@ -22,7 +24,15 @@ from tenure._observe._events import EVENTS, JOURNAL_KINDS, OWNERSHIP_KINDS, WRIT
 from tenure._observe._fence import FenceObserver
 from tenure._observe._http import bounded_dsn, is_loopback
 from tenure._observe._journal import JournalWriter, journal_key, payload_hmac, to_row
-from tenure._observe._metrics import NOT_EMITTED, OTHER, Metrics, ToolLabels, render
+from tenure._observe._metrics import (
+    NOT_EMITTED,
+    OTHER,
+    Metrics,
+    MetricsInterceptor,
+    ToolLabels,
+    render,
+)
+from tenure._store import ClaimedJob, Finish, JournalRow
 from tenure.fence import FenceDecision
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -168,6 +178,43 @@ def test_journal_writer_filters_by_kind_and_worker_and_drops_past_capacity() -> 
     assert [e.kind for e in writer._buffer] == ["ownership_unknown", "tool_request_started"]
 
 
+class _FlakyJournal:
+    """A store whose first batch fails as a dropped connection would."""
+
+    def __init__(self) -> None:
+        self.rows: list[JournalRow] = []
+        self.failed = False
+
+    async def record_events(self, rows: list[JournalRow]) -> None:
+        if not self.failed:
+            self.failed = True
+            raise ConnectionLost("the server closed the connection", sqlstate="08006")
+        self.rows += rows
+
+
+async def test_a_failed_journal_flush_is_a_failed_round_and_the_signal_fires_once_written() -> None:
+    store = _FlakyJournal()
+    writer = JournalWriter(store, worker="w")  # type: ignore[arg-type]
+    rounds: list[Event] = []
+    detach = attach(rounds.append, kinds={"component_round"})
+    written = writer.signal.next()
+    writer.start()
+    try:
+        writer(Event("ownership_unknown", job=1, worker="w"))
+        async with asyncio.timeout(10):
+            await written  # after the failure, the retry wrote it
+    finally:
+        detach()
+        await writer.stop()
+    assert [r.kind for r in store.rows] == ["ownership_unknown"]
+    (failed,) = rounds  # once per streak of failures
+    assert failed.level == logging.WARNING
+    assert dict(failed.fields) == {
+        "component": "journal_writer", "outcome": "failed",
+        "error": "ConnectionLost", "buffered": 1,
+    }  # fmt: skip
+
+
 def test_tool_labels_are_validated_and_capped() -> None:
     app = App("dbname=x")
     with pytest.raises(PolicyError, match="did you mean 'model'"):
@@ -245,6 +292,37 @@ def test_metrics_count_the_contracts_events() -> None:
     assert s[("tenure_commit_duration_seconds_count", ())] == 1
     assert s[("tenure_commit_duration_seconds_bucket", (("le", "0.005"),))] == 1
     assert s[("tenure_commit_duration_seconds_bucket", (("le", "0.0025"),))] == 0
+
+
+async def test_the_metrics_interceptor_counts_claims_and_calls_as_their_events_would() -> None:
+    labels = ToolLabels()
+    labels.register("t", {"model": "m", "provider": "p"})
+    metrics = Metrics(labels)
+    counting = MetricsInterceptor(metrics)
+    first = cast(ClaimedJob, SimpleNamespace(id=1, tool="t", previous_token=None))
+    again = cast(ClaimedJob, SimpleNamespace(id=1, tool="t", previous_token=4))
+    counting.claimed(first, "w")
+    counting.claimed(again, "w")
+
+    async def succeeded() -> Finish:
+        return Finish(1, 5, "succeeded")
+
+    async def abandoned() -> object:
+        return SimpleNamespace(reason="lease_lost")
+
+    assert (await counting.call(first, "w", succeeded)).state == "succeeded"
+    await counting.call(again, "w", abandoned)
+    s = _samples(metrics)
+    t = (("model", "m"), ("provider", "p"), ("tool", "t"))
+    assert s[("tenure_jobs_claimed_total", t)] == 2
+    assert s[("tenure_jobs_reclaimed_total", t)] == 1
+    for outcome in ("succeeded", "abandoned"):
+        assert (
+            s[("tenure_tool_duration_seconds_count", tuple(sorted((*t, ("outcome", outcome)))))]
+            == 1
+        )
+    for kind in ("job_claimed", "call_finished", "call_abandoned"):
+        assert s[("tenure_events_total", (("kind", kind),))] == (2 if kind == "job_claimed" else 1)
 
 
 def test_the_dashboard_refuses_a_public_bind_without_a_token() -> None:
