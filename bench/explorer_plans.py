@@ -7,7 +7,7 @@ Creates a scratch schema, migrates it, fills it with a realistic spread (a week 
 newest last; 30 tools of very different volume; half the jobs without a tenant, the rest
 over 100 tenants of very different size; 90 % succeeded, 5 % failed, 2 % cancelled, queued,
 running and waiting the rest), ANALYZEs, then for each case runs the statement exactly as
-`App.search_jobs` sends it (unprepared, its values bound) under EXPLAIN (ANALYZE, BUFFERS),
+`App.admin.search` sends it (unprepared, its values bound) under EXPLAIN (ANALYZE, BUFFERS),
 the first page and a page deep behind a cursor, and drops the schema. Times are the median
 of three runs; the machine is shared, so they are figures, not targets.
 
@@ -243,7 +243,7 @@ def main() -> None:
                 f"PostgreSQL {version}, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC "
                 f"(fill + VACUUM ANALYZE: {filled:.0f} s). One statement, `search_jobs` "
                 "(`src/tenure/_store/queries/observe.sql`), sent unprepared with its values "
-                f"bound, as `App.search_jobs` sends it; pages of {PAGE}. The deep page starts "
+                f"bound, as `App.admin.search` sends it; pages of {PAGE}. The deep page starts "
                 f"behind a cursor {DEEP} pages in (or at the case's last page when it has "
                 "fewer rows). Times: median of 3 runs of EXPLAIN ANALYZE on a 2-core machine "
                 "shared with other work: figures, not targets.",

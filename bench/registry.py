@@ -68,11 +68,11 @@ def enqueue_per_job(
         @app.tool(lease=30, heartbeat=5, jitter=1)
         async def noop(ctx: Context) -> None: ...
 
-        app.enqueue_many_sync("noop", [{}] * 100)  # connections up, statements prepared
+        app.sync.enqueue_many("noop", [{}] * 100)  # connections up, statements prepared
         started = time.perf_counter()
         for batch in range(jobs // 100):
             keys = [f"{batch}-{i}" for i in range(100)]
-            app.enqueue_many_sync("noop", [{}] * 100, idempotency_keys=keys)
+            app.sync.enqueue_many("noop", [{}] * 100, idempotency_keys=keys)
         elapsed = time.perf_counter() - started
         app.close()
         return elapsed / jobs

@@ -5,6 +5,9 @@ too late, idempotency keys stop the duplicate side effect, and the rescuer
 resumes whatever a crash left behind.
 """
 
+import inspect as _inspect
+import typing as _typing
+
 from ._app import App
 from ._context import Context
 from ._errors import (
@@ -106,3 +109,22 @@ __all__ = [
     "Worker",
     "WorkerPrunerConfig",
 ]
+
+
+def _report_as_tenure(cls: type) -> None:
+    """Make ``cls`` say it is ``tenure.<name>`` (reprs, docs, pickles name the public path).
+
+    Its own annotations are evaluated first, in the module that defines them: typing's
+    `get_type_hints` (and dataclass and pydantic introspection) would otherwise look the
+    private names up in ``tenure``'s namespace and fail."""
+    own = _inspect.get_annotations(cls)
+    if own:
+        hints = _typing.get_type_hints(cls, include_extras=True)
+        cls.__annotations__ = {name: hints[name] for name in own}
+    cls.__module__ = __name__
+
+
+for _value in [globals()[_name] for _name in __all__]:
+    if isinstance(_value, type) and _value.__module__.startswith("tenure._"):
+        _report_as_tenure(_value)
+del _value

@@ -237,7 +237,7 @@ class Context:
         ``timed_out``. The token is the same on every attempt. ``timeout`` (seconds,
         1 s to a year) is how long it may stay open (an answer after it is refused);
         then the job is resumed with ``wp.timed_out`` (``on_timeout="resume"``) or
-        fails (``"fail"``). After a retry (`App.retry`), a waitpoint that closed
+        fails (``"fail"``). After a retry (`App.admin.retry`), a waitpoint that closed
         without an answer is pending again, and suspending opens it again.
 
         ``answer`` declares the answer's type (a TypedDict, a pydantic model, a

@@ -36,11 +36,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ._app import App
+from ._app import App, fresh_database
 from ._dsn import child_environment, dsn_from_environment
 from ._errors import ConfigError
 from ._job import Job
-from ._store import fresh_database, migrate
 from .examples.case_service import effects_summary
 
 FROZEN = {  # where a staged freeze stops a worker (see _demo_workers)
@@ -180,7 +179,7 @@ class _Demo:
         print(f"[{time.monotonic() - self.started:5.1f}s] {text}", flush=True)
 
     def running_on(self, name: str) -> list[int]:
-        return [j.id for j in self.ops.list_jobs_sync(state="running") if j.owner == name]
+        return [j.id for j in self.ops.sync.admin.jobs(state="running") if j.owner == name]
 
     def poll(
         self, what: str, check: Callable[[], bool], timeout: float, quiet: bool = False
@@ -198,7 +197,7 @@ class _Demo:
         return False
 
     def progress(self) -> None:
-        counts = self.ops.summary_sync()
+        counts = self.ops.sync.admin.summary()
         self.say(
             "queued {q:>3}  running {r:>3}  succeeded {s:>3}  failed {f:>3}  reclaims {rc}".format(
                 q=counts.get("jobs_queued", 0),
@@ -219,7 +218,7 @@ class _Demo:
                 "create_case": {"customer_id": f"c-{1000 + i}", "seconds": seconds},
                 "capture_payment": {"payment_id": f"pay-{i}", "seconds": seconds},
             }[tool]
-            self.ops.enqueue_sync(tool, payload, idempotency_key=f"demo:{tool}:{i}")
+            self.ops.sync.enqueue(tool, payload, idempotency_key=f"demo:{tool}:{i}")
         self.say(f"enqueued {self.jobs} tool calls; {len(self.procs)} workers running")
 
         held: list[Job] = []
@@ -246,7 +245,7 @@ class _Demo:
     def held(self) -> list[Job]:
         """Calls running on a worker the demo started and has not killed."""
         alive = {name for name, proc in self.procs.items() if proc.poll() is None}
-        return [j for j in self.ops.list_jobs_sync(state="running") if j.owner in alive]
+        return [j for j in self.ops.sync.admin.jobs(state="running") if j.owner in alive]
 
     def frozen(self, tool: str, payload: dict[str, object], where: str) -> Job | None:
         """Enqueue one call whose first attempt freezes its worker (SIGSTOP) at ``where``;
@@ -255,11 +254,11 @@ class _Demo:
         self.extra_jobs += 1
         self.extra_effects += tool != "fetch_statement"
         key = f"demo:staged:{self.extra_jobs}"
-        job = self.ops.enqueue_sync(tool, {**payload, "freeze": where}, idempotency_key=key)
+        job = self.ops.sync.enqueue(tool, {**payload, "freeze": where}, idempotency_key=key)
         first: list[Job] = []
 
         def claimed() -> bool:
-            row = self.ops.get_sync(job.id)
+            row = self.ops.sync.get(job.id)
             first[:] = [row] if row.state == "running" and row.owner else []
             return bool(first)
 
@@ -272,12 +271,12 @@ class _Demo:
         )
         if not self.poll(
             f"job {job.id} to be taken over",
-            lambda: self.ops.get_sync(job.id).token != old.token,
+            lambda: self.ops.sync.get(job.id).token != old.token,
             15,
             quiet=True,
         ):
             return None
-        new = self.ops.get_sync(job.id)
+        new = self.ops.sync.get(job.id)
         self.say(f"{new.owner} took job {job.id} over with token {new.token}")
         return old
 
@@ -288,7 +287,8 @@ class _Demo:
 
     def journaled(self, job: Job, kind: str) -> bool:
         return any(
-            e["kind"] == kind and e["token"] == job.token for e in self.ops.events_sync(job.id)
+            e["kind"] == kind and e["token"] == job.token
+            for e in self.ops.sync.admin.events(job.id)
         )
 
     def stale_owner(self) -> None:
@@ -310,7 +310,7 @@ class _Demo:
         old = self.frozen("capture_payment", payload, "before_request")
         if old is None:
             return
-        new = self.ops.get_sync(old.id)
+        new = self.ops.sync.get(old.id)
         if not self.poll(
             "the new owner's request",
             lambda: self.receiver.decided("accepted", new.token),
@@ -336,12 +336,12 @@ class _Demo:
             return
         if not self.poll(
             "the new owner's commit",
-            lambda: self.ops.get_sync(old.id).state == "succeeded",
+            lambda: self.ops.sync.get(old.id).state == "succeeded",
             15,
             quiet=True,
         ):
             return
-        new = self.ops.get_sync(old.id)
+        new = self.ops.sync.get(old.id)
         if self.receiver.decided("replayed", new.token):
             self.say(
                 f"{new.owner}'s request was replayed by the case service (the stale owner's "
@@ -356,11 +356,11 @@ class _Demo:
             )
 
     def all_done(self) -> bool:
-        counts = self.ops.summary_sync()
+        counts = self.ops.sync.admin.summary()
         return counts.get("jobs_queued", 0) + counts.get("jobs_running", 0) == 0
 
     def report(self) -> int:
-        counts = self.ops.summary_sync()
+        counts = self.ops.sync.admin.summary()
         jobs = self.jobs + self.extra_jobs
         protections = [
             ("reclaims after a lost lease", counts.get("reclaims", 0)),
@@ -607,7 +607,11 @@ def _setting(
     scratch = Path(tempfile.mkdtemp(prefix="tenure-demo-"))
     cleanup.callback(shutil.rmtree, scratch, ignore_errors=True)
     dsn = fresh_database(server_dsn, database)
-    migrate(dsn)
+    ops = App(dsn, migrate=False)
+    try:
+        ops.sync.admin.migrate()
+    finally:
+        ops.close()
     receiver = _Receiver(fresh_database(server_dsn, receiver_database), scratch / "decisions.jsonl")
     cleanup.callback(receiver.close)
     receiver.start()
@@ -671,21 +675,21 @@ class _AgentDemo(_Demo):
     def model_steps(self, job: Job) -> int:
         return sum(
             1
-            for e in self.ops.events_sync(job.id)
+            for e in self.ops.sync.admin.events(job.id)
             if e["kind"] == "step_recorded" and e["detail"].get("kind") == "model"
         )
 
     def children(self, job: Job) -> list[Job]:
         return [
             j
-            for j in self.ops.list_jobs_sync(tool="create_case")
+            for j in self.ops.sync.admin.jobs(tool="create_case")
             if j.idempotency_key.startswith(f"tool-job:{job.id}:")
         ]
 
     def reading(self, job: Job) -> bool:
         """The run holds its lease with its first model step done: read_invoice is under way."""
-        now = self.ops.get_sync(job.id)
-        steps = {e["detail"].get("step") for e in self.ops.events_sync(job.id)}
+        now = self.ops.sync.get(job.id)
+        steps = {e["detail"].get("step") for e in self.ops.sync.admin.events(job.id)}
         return now.state == "running" and "model.1" in steps and "tool.1.0" not in steps
 
     def kill(self, owner: str | None, what: str) -> None:
@@ -697,16 +701,16 @@ class _AgentDemo(_Demo):
 
     def run(self) -> int:
         self.say("run 1 (left alone): the agent is asked about an invoice")
-        alone = self.ops.enqueue_sync(
+        alone = self.ops.sync.enqueue(
             "agent:desk", {"prompt": self.PROMPT}, idempotency_key="demo:alone"
         )
-        self.poll("run 1 to end", lambda: self.ops.get_sync(alone.id).done, DEADLINE)
+        self.poll("run 1 to end", lambda: self.ops.sync.get(alone.id).done, DEADLINE)
         self.say("run 2: the same question; its workers will be killed")
-        run = self.ops.enqueue_sync(
+        run = self.ops.sync.enqueue(
             "agent:desk", {"prompt": self.PROMPT}, idempotency_key="demo:interrupted"
         )
         if self.poll("run 2 to be reading the invoice", lambda: self.reading(run), 20):
-            owner = self.ops.get_sync(run.id).owner
+            owner = self.ops.sync.get(run.id).owner
             self.kill(owner, f"in the middle of run 2 (job {run.id}, read_invoice under way)")
 
         def running() -> list[Job]:
@@ -715,8 +719,8 @@ class _AgentDemo(_Demo):
         if self.poll("run 2's create_case to be under way", lambda: bool(running()), DEADLINE):
             child = running()[0]
             self.kill(child.owner, f"in the middle of create_case (job {child.id})")
-        self.poll("run 2 to end", lambda: self.ops.get_sync(run.id).done, DEADLINE)
-        return self.report_runs(self.ops.get_sync(alone.id), self.ops.get_sync(run.id))
+        self.poll("run 2 to end", lambda: self.ops.sync.get(run.id).done, DEADLINE)
+        return self.report_runs(self.ops.sync.get(alone.id), self.ops.sync.get(run.id))
 
     def report_runs(self, alone: Job, run: Job) -> int:
         children = self.children(run)

@@ -37,7 +37,7 @@ class Job:
     # The last progress its current owner reported ({"done", "total", "message", "at"}),
     # kept after it ended; None until a tool reports any. The message is the tool's text.
     progress: dict[str, Any] | None = field(default=None, repr=False)
-    # Its waitpoints that were answered or timed out, by name (see App.complete_waitpoint).
+    # Its waitpoints that were answered or timed out, by name (see App.answer_waitpoint).
     waitpoints: dict[str, Any] | None = field(default=None, repr=False)
 
     @property

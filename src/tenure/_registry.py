@@ -6,7 +6,7 @@ import difflib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, Protocol, TypeGuard
 
 from ._errors import PolicyError
 from ._payload import MAX_PAYLOAD_BYTES
@@ -208,3 +208,47 @@ class TenantQuotas(PatternTable):
 
     def __init__(self) -> None:
         super().__init__("quota", MAX_QUOTA, check_tenant)
+
+
+class ToolRegistry(Protocol):
+    """What a worker (and its telemetry and the doctor) needs of an app: its tools, their
+    limits and schedules, the signing key, the database, and how a call becomes a job.
+
+    `tenure.App` builds one (``app.registry``); the layers below it see only this, never
+    the App, so they cannot reach its client, its admin or its connections. The base
+    layer cannot name the schedule (``_maintenance``), the job (``_store``) or the
+    interceptor (``_intercept``) types, so those members are typed loosely here;
+    `tenure._app.Registry` types them.
+    """
+
+    @property
+    def tools(self) -> Mapping[str, ToolSpec]: ...
+
+    @property
+    def limits(self) -> ConcurrencyLimits: ...
+
+    @property
+    def schedules(self) -> Mapping[str, Any]:
+        """Each `Schedule` by its name."""
+        ...
+
+    @property
+    def signing_key(self) -> bytes | None: ...
+
+    @property
+    def interceptors(self) -> Any:
+        """The `Interceptors` around its workers' claims, calls and commits."""
+        ...
+
+    @property
+    def dsn(self) -> str: ...
+
+    @property
+    def new_job(self) -> Callable[..., Any]:
+        """How a call of a tool becomes the `NewJob` to write (`Registry.new_job`: the
+        payload checked against its signature, its policy, limits and quota applied)."""
+        ...
+
+    def schedule_job(self, schedule: Any, key: str) -> Any:
+        """The `NewJob` of one slot of a `Schedule`."""
+        ...

@@ -1,4 +1,4 @@
-"""A job search (the dashboard's explorer, `App.search_jobs`): its filters, checked before
+"""A job search (the dashboard's explorer, `App.admin.search`): its filters, checked before
 any statement runs, and its pages, each with an opaque keyset cursor to the next.
 
 Why a keyset cursor and not an offset: an offset makes the database walk and drop every row
@@ -80,7 +80,7 @@ class JobSearch:
 
 
 class SearchFilters(TypedDict, total=False):
-    """A job search's filters, every one optional (`App.search_jobs`, `job_search`)."""
+    """A job search's filters, every one optional (`App.admin.search`, `job_search`)."""
 
     job_id: int | None
     key: str | None

@@ -15,7 +15,7 @@ stored, so the table cannot be used to answer anything. The secret itself is
 shown only to roles that may change jobs (migration 0014): reading every table
 is not enough to make a token.
 
-A retry (`App.retry`) of a job whose waitpoint closed without an answer (timed
+A retry (`App.admin.retry`) of a job whose waitpoint closed without an answer (timed
 out, or cancelled while it waited) asks it again: the waitpoint is pending, and
 the suspension opens it again under the same token with a fresh deadline. An
 answer stays an answer across retries.
@@ -67,7 +67,7 @@ class Waitpoint:
     """One named wait of one job, as the tool sees it.
 
     ``token`` is the capability that answers it (hand it to whoever answers:
-    `App.complete_waitpoint`, or the dashboard's open ``POST /waitpoints/{token}``).
+    `App.answer_waitpoint`, or the dashboard's open ``POST /waitpoints/{token}``).
     ``state`` is ``pending`` until it was answered (``answer`` holds the answer)
     or its deadline passed (``timed_out``) and the job was called again.
     """

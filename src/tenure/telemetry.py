@@ -10,9 +10,9 @@ codes and durations, never a payload, a result or an error message.
     >>> detach = attach(lambda event: print(event.kind, event.job), kinds={"lease_expired"})
     >>> detach()
 
-The journal's rows as `App.find_events` and `App.events` return them are
-`JournalEntry`; `App.job_detail` and `App.job_waitpoints` return `JobDetail` and
-`JobWaitpoint`; `App.doctor` returns `Check` findings; `App.list_workers` returns
+The journal's rows as `App.admin.find_events` and `App.admin.events` return them are
+`JournalEntry`; `App.admin.job` and `App.admin.waitpoints` return `JobDetail` and
+`JobWaitpoint`; `App.admin.doctor` returns `Check` findings; `App.admin.workers` returns
 `WorkerInfo` (who is alive, who went silent, what each holds).
 
 An `Interceptor` wraps tenure's steps — enqueue, claim, call, commit, a fenced request

@@ -69,8 +69,8 @@ def dsn_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_an_app_reads_its_dsn_from_TENURE_DSN_FILE(dsn_file: Path) -> None:
     dsn_file.write_text(f"host=db user=app password={SECRET} dbname=x\n")
-    assert tenure.App()._dsn == f"host=db user=app password={SECRET} dbname=x"
-    assert tenure.App("host=other")._dsn == "host=other"  # an explicit DSN still wins
+    assert tenure.App().configured_dsn == f"host=db user=app password={SECRET} dbname=x"
+    assert tenure.App("host=other").configured_dsn == "host=other"  # an explicit DSN still wins
 
 
 @pytest.mark.parametrize(

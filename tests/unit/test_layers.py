@@ -30,15 +30,7 @@ MARKER = "<!-- layer order:"
 # Imports that run back up or close a circle today, each removed by the branch named
 # beside it; the test below fails once one is gone, so the list shrinks to empty as the
 # branches of issue 23 merge. (importer, imported), both as dotted module names.
-KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    # circle 1: App <-> Worker <-> observe runtime <-> doctor (branch doors: the worker
-    # sees a narrow registry, the doctor and the telemetry no App)
-    ("tenure._worker._worker", "tenure._app"): "doors",
-    ("tenure._observe._runtime", "tenure._app"): "doors",
-    ("tenure._observe._doctor", "tenure._app"): "doors",
-    # circle 2: CLI <-> chaos (branch doors: chaos stops importing load_app from the CLI)
-    ("tenure._chaos._unpleasant", "tenure._cli"): "doors",
-}
+KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,7 +110,7 @@ def test_untyped_tools_pass_their_json_straight_through() -> None:
 
 
 def test_the_schema_is_what_a_model_is_shown() -> None:
-    schema = app_with(book).tool_schema("book")
+    schema = app_with(book).registry.tool_schema("book")
     assert schema["name"] == "book"
     assert schema["description"].startswith("Book a slot.")
     parameters = schema["parameters"]
@@ -150,7 +150,7 @@ def test_a_return_type_that_cannot_become_json_is_refused_at_registration() -> N
 def test_a_plan_is_checked_with_the_same_validator() -> None:
     app = app_with(book)
     with pytest.raises(tenure.PlanRejected) as rejected:
-        app.dispatch_plan_sync([{"tool": "book", "arguments": {"where": "Oslo"}}])
+        app.sync.dispatch_plan([{"tool": "book", "arguments": {"where": "Oslo"}}])
     assert rejected.value.problems == (
         "step 1 (book): where: Input should be an object (got 'Oslo')",
         "step 1 (book): window: Field required",
@@ -211,9 +211,9 @@ def sphinx(ctx: Context, customer_id: str, summary: str, urgent: bool = False) -
 @pytest.mark.parametrize("fn", [google, numpy, sphinx], ids=lambda f: f.__name__)
 def test_a_docstrings_parameter_section_becomes_the_parameters_descriptions(fn: Any) -> None:
     """Google ``Args:``, NumPy ``Parameters`` and Sphinx ``:param:``: every adapter shows the
-    model each parameter's own words (the schema is `app.tool_schema`'s), and the section
+    model each parameter's own words (the schema is `app.registry.tool_schema`'s), and the section
     leaves the tool's description, which keeps the rest of the docstring."""
-    schema = app_with(fn).tool_schema(fn.__name__)
+    schema = app_with(fn).registry.tool_schema(fn.__name__)
     properties = schema["parameters"]["properties"]
     assert properties["customer_id"]["description"] == "The customer's id, as the CRM spells it."
     assert properties["summary"]["description"] == "What went wrong, in one line."
@@ -230,27 +230,30 @@ def test_a_docstring_without_a_parameter_section_is_kept_whole() -> None:
         Args: are mentioned in passing, not a section."""
         return text
 
-    schema = app_with(plain).tool_schema("plain")
+    schema = app_with(plain).registry.tool_schema("plain")
     assert schema["description"] == "Echo it.\n\nArgs: are mentioned in passing, not a section."
     assert "description" not in schema["parameters"]["properties"]["text"]
 
 
 def test_a_typed_result_has_an_object_schema_and_its_structured_form() -> None:
     app = app_with(book)
-    assert app.output_schema("book") == app.tools["book"].contract.result_schema()
-    assert app.structured_result("book", {"city": "Oslo", "zip": 1}) == {"city": "Oslo", "zip": 1}
+    assert app.registry.output_schema("book") == app.tools["book"].contract.result_schema()
+    assert app.registry.structured_result("book", {"city": "Oslo", "zip": 1}) == {
+        "city": "Oslo",
+        "zip": 1,
+    }
     counted = app_with(google)
-    assert counted.output_schema("google") == {
+    assert counted.registry.output_schema("google") == {
         "type": "object",
         "properties": {"result": {"type": "integer"}},
         "required": ["result"],
     }
-    assert counted.structured_result("google", 7) == {"result": 7}
+    assert counted.registry.structured_result("google", 7) == {"result": 7}
 
     def nested(ctx: Context) -> list[Window]:
         return []
 
-    wrapped = app_with(nested).output_schema("nested")
+    wrapped = app_with(nested).registry.output_schema("nested")
     assert wrapped is not None and "Window" in wrapped["$defs"]
     assert wrapped["properties"]["result"]["items"] == {"$ref": "#/$defs/Window"}
 
@@ -258,19 +261,21 @@ def test_a_typed_result_has_an_object_schema_and_its_structured_form() -> None:
         return None
 
     loose = app_with(untyped)
-    assert loose.output_schema("untyped") is None
-    assert loose.structured_result("untyped", {"a": 1}) == {"a": 1}
-    assert loose.structured_result("untyped", 3) is None
+    assert loose.registry.output_schema("untyped") is None
+    assert loose.registry.structured_result("untyped", {"a": 1}) == {"a": 1}
+    assert loose.registry.structured_result("untyped", 3) is None
 
 
 def test_lax_arguments_convert_a_models_trivial_slips_and_the_rest_is_still_refused() -> None:
     app = app_with(google)
-    assert app.coerce_arguments(
+    assert app.registry.coerce_arguments(
         "google", {"customer_id": "c-7", "summary": "x", "urgent": "true"}
     ) == {"customer_id": "c-7", "summary": "x", "urgent": True}
     with pytest.raises(tenure.PayloadError) as strict:
         app.tools["google"].validate({"customer_id": "c-7", "summary": "x", "urgent": "true"})
     assert strict.value.problems
     with pytest.raises(tenure.PayloadError) as still:
-        app.coerce_arguments("google", {"customer_id": 7, "summary": "x", "urgent": "maybe"})
+        app.registry.coerce_arguments(
+            "google", {"customer_id": 7, "summary": "x", "urgent": "maybe"}
+        )
     assert len(still.value.problems) == 2, still.value.problems

@@ -80,8 +80,8 @@ _Item = tuple[float, bytes | _End]
 
 def server_address(dsn: str) -> tuple[str, int]:
     """Where ``dsn`` connects: (host or Unix socket dir, port), asked from a live connection
-    (the store's: a failure is a StoreError, never psycopg's own)."""
-    from .._store import server_address as asked
+    (the store's, through the App's package: a failure is a StoreError, never psycopg's own)."""
+    from .._app import server_address as asked
 
     return asked(dsn)
 

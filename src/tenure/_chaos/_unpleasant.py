@@ -210,16 +210,15 @@ def run_chaos(
     say: Callable[[str], None] = lambda _: None,
 ) -> ChaosReport:
     """Run the unpleasant test (see the module docstring) and return what happened."""
-    from .._app import App
-    from .._cli import load_app
+    from .._app import load_app
 
     began = time.monotonic()
-    loaded = load_app(app_target)
+    app = load_app(app_target)
     given = dsn or dsn_from_environment()
     # The app object may have been built before the DSN was known (a module imported
-    # earlier): enqueue through an App on the right server that shares its tools.
-    app = App(given, signing_key=loaded.signing_key) if given else loaded
-    app.tools = loaded.tools
+    # earlier): point it at the right server before its first use.
+    if given:
+        app.set_dsn(given)
     spec = app.tools.get(tool)
     if spec is None:
         raise SystemExit(f"tenure chaos: {app_target} has no tool {tool!r}")
@@ -256,21 +255,21 @@ def run_chaos(
         assert handle.proxy is not None
         w1_db.append(handle.proxy)
         supervisor.wait_started("chaos-w1")
-        job = app.enqueue_sync(tool, payload, idempotency_key=f"tenure-chaos:{uuid.uuid4()}")
+        job = app.sync.enqueue(tool, payload, idempotency_key=f"tenure-chaos:{uuid.uuid4()}")
         report.job_id = job.id
         say(f"job {job.id} queued; waiting for W1 to send its request")
         wait_for(cut.is_set, limit, "W1 never sent a request to the receiver")
-        report.w1_token = app.job_detail_sync(job.id)["token"]
+        report.w1_token = app.sync.admin.job(job.id)["token"]
         say(f"W1 (token {report.w1_token}) sent; its database link is cut")
         w2_url = receiver_proxy("w2-receiver", None)
         supervisor.spawn("chaos-w2", proxy=False, env={receiver_env: w2_url})
         wait_for(
-            lambda: has_ended(app.job_detail_sync(job.id)["state"]),
+            lambda: has_ended(app.sync.admin.job(job.id)["state"]),
             limit,
             f"job {job.id} did not end within {limit:g} s",
             interval=0.1,
         )
-        row = app.job_detail_sync(job.id)
+        row = app.sync.admin.job(job.id)
         report.final_state, report.final_token = row["state"], row["token"]
         report.final_owner = row["owner"]
         claims = [
@@ -313,7 +312,7 @@ def run_chaos(
             wait_for(w1_noticed, lease + 15.0, "W1 never noticed", interval=0.1)
         except TimeoutError:
             report.notes.append("W1 logged nothing about losing the job after the heal")
-        outcomes = app.find_events_sync(
+        outcomes = app.sync.admin.find_events(
             kinds=("succeeded", "failed", "retried", "released"), job_id=job.id, worker="chaos-w1"
         )
         report.w1_outcomes_after_cut = len(outcomes)

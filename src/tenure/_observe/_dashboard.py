@@ -22,7 +22,8 @@ import hmac
 import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from importlib import resources
 from urllib.parse import parse_qs, quote
@@ -34,18 +35,21 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from .._app import App
 from .._errors import (
     ConfigError,
+    Conflict,
     InvalidSearch,
+    JobAlreadyEnded,
     JobNotFound,
     PayloadError,
     PermissionDenied,
+    PolicyError,
     StoreError,
 )
 from .._payload import MAX_PAYLOAD_BYTES, decode
 from .._search import page_of
 from .._store import Store
-from .._waitpoint import answer_json, token_hash
 from . import _explorer, _pages, _picture, _queues_page, _run_page, _workers_page
 from ._http import (
     HostCheck,
@@ -114,7 +118,7 @@ def check_bind(
         )
 
 
-def _same(given: str | bytes, expected: str | bytes) -> bool:
+def same_secret(given: str | bytes, expected: str | bytes) -> bool:
     """Constant-time equality of the bytes (`compare_digest` refuses non-ASCII text)."""
     return hmac.compare_digest(_utf8(given), _utf8(expected))
 
@@ -153,7 +157,7 @@ class _Sessions:
     def session(self, request: Request) -> str | None:
         """The request's live session id, if any."""
         sid, _, mac = request.cookies.get(SESSION_COOKIE, "").rpartition(".")
-        if not sid or not _same(mac, self._mac("session", sid)):
+        if not sid or not same_secret(mac, self._mac("session", sid)):
             return None
         until = self._live.get(sid)
         if until is None or until <= time.monotonic():
@@ -171,10 +175,10 @@ class _Sessions:
         if self.token is None:
             return False
         given = request.headers.get("authorization", "").encode("latin-1")  # the raw bytes
-        return _same(given, f"Bearer {self.token}")
+        return same_secret(given, f"Bearer {self.token}")
 
     def is_token(self, given: str) -> bool:
-        return self.token is not None and _same(given, self.token)
+        return self.token is not None and same_secret(given, self.token)
 
     def allowed(self, request: Request) -> bool:
         return self.token is None or self.bearer(request) or self.session(request) is not None
@@ -422,25 +426,32 @@ async def durable_run_api(request: Request) -> Response:
         return JSONResponse({"error": "no such job"}, status_code=404)
 
 
-async def _cancel(store: Store, job_id: int) -> str:
-    if await store.cancel(job_id) is not None:
-        return "cancelled"
-    return await _unchanged(store, job_id, "not-cancelled")
+def _tenure(request: Request) -> App:
+    """The App whose client and admin every action goes through (the dashboard's reads
+    stay on its read-only store, every statement under a timeout)."""
+    app: App = request.app.state.tenure
+    return app
 
 
-async def _retry(store: Store, job_id: int) -> str:
-    if await store.retry(job_id) is not None:
-        return "retried"
-    return await _unchanged(store, job_id, "not-retried")
+async def _cancel(app: App, job_id: int) -> str:
+    try:
+        await app.cancel(job_id)
+    except JobAlreadyEnded:
+        return "not-cancelled"
+    return "cancelled"
 
 
-async def _unchanged(store: Store, job_id: int, notice: str) -> str:
-    """A job that was not in a state to act on gets a notice; one that does not exist, 404."""
-    await store.job_detail(job_id)
-    return notice
+async def _retry(app: App, job_id: int) -> str:
+    try:
+        await app.admin.retry(job_id)
+    except PolicyError:
+        return "not-retried"
+    return "retried"
 
 
-ACTIONS: dict[str, Callable[[Store, int], Awaitable[str]]] = {"cancel": _cancel, "retry": _retry}
+ACTIONS: dict[str, Callable[[App, int], Awaitable[str]]] = {"cancel": _cancel, "retry": _retry}
+# A bulk action's outcome per job (`Admin.cancel_many`, `Admin.retry_many`) as a notice.
+BULK_NOTICES = {"ended": "not-cancelled", "not-failed": "not-retried"}
 # What an action's redirect may say; the page shows these texts, never the query string.
 NOTICES = {
     "cancelled": "Cancelled: a running call was told to stop at once.",
@@ -461,7 +472,7 @@ def _refused(request: Request, form: dict[str, str]) -> Response | None:
         )
     expected = sessions.csrf(sessions.session(request))
     given = form.get("csrf", "")
-    if expected is None or not _same(given, expected):
+    if expected is None or not same_secret(given, expected):
         return JSONResponse({"error": "CSRF check failed"}, status_code=403)
     return None
 
@@ -476,7 +487,7 @@ async def job_action(request: Request) -> Response:
     if action not in ACTIONS:
         return JSONResponse({"error": "unknown action"}, status_code=404)
     try:
-        done = await ACTIONS[action](_store(request), _job_id(request))
+        done = await ACTIONS[action](_tenure(request), _job_id(request))
     except JobNotFound:
         return JSONResponse({"error": "no such job"}, status_code=404)
     return RedirectResponse(f"/jobs/{job_id}?done={done}", status_code=303)
@@ -522,13 +533,14 @@ async def jobs_bulk(request: Request) -> Response:
         ids = _explorer.bulk_ids(fields.get("job", []))
     except InvalidSearch as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
+    admin = _tenure(request).admin
+    outcomes = await (admin.cancel_many if action == "cancel" else admin.retry_many)(ids)
     results: list[tuple[int, str, bool]] = []
-    for job_id in ids:
-        try:
-            done = await ACTIONS[action](_store(request), job_id)
-        except JobNotFound:
+    for job_id, outcome in outcomes.items():
+        if outcome == "missing":
             results.append((job_id, "No such job.", False))
             continue
+        done = BULK_NOTICES.get(outcome, outcome)
         results.append((job_id, NOTICES[done], not done.startswith("not-")))
     return _html(request, f"bulk {action}", _explorer.bulk_result(action, results), "")
 
@@ -546,11 +558,10 @@ async def answer_waitpoint(request: Request) -> Response:
         if len(body) > MAX_PAYLOAD_BYTES:
             return JSONResponse({"error": "the answer is too large"}, status_code=413)
     try:
-        text = answer_json(decode(body, "the answer"))
+        job = await _tenure(request).answer_waitpoint(token, decode(body, "the answer"))
     except PayloadError as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
-    job = await _store(request).complete_waitpoint(token_hash(token), text)
-    if job is None:
+    except Conflict:
         return JSONResponse({"error": "no open waitpoint has this token"}, status_code=409)
     return JSONResponse({"job": job.id, "state": job.state})
 
@@ -614,7 +625,7 @@ async def logout(request: Request) -> Response:
     if sid is not None:
         form = await _form(request)
         expected = sessions.csrf(sid) or ""
-        if not _same(form.get("csrf", ""), expected):
+        if not same_secret(form.get("csrf", ""), expected):
             return JSONResponse({"error": "CSRF check failed"}, status_code=403)
         sessions.revoke(sid)
     response = RedirectResponse("/login", status_code=303)
@@ -630,9 +641,29 @@ async def static(request: Request) -> Response:
     return Response(text, media_type=STATIC[name])
 
 
+def _lifespan(
+    dsn: str, tenure: App, owned: bool
+) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
+    """The read store for the pages, and the App's connections closed at the end (when
+    the dashboard made the App)."""
+    stores = store_lifespan(dsn, DASHBOARD_CONNECTIONS)
+
+    @asynccontextmanager
+    async def lifespan(board: Starlette) -> AsyncIterator[None]:
+        async with stores(board):
+            try:
+                yield
+            finally:
+                if owned:
+                    await tenure.aclose()
+
+    return lifespan
+
+
 def create_dashboard(
     dsn: str,
     *,
+    app: App | None = None,
     access_token: str | None = None,
     labels: ToolLabels | None = None,
     poll_interval: float = 1.0,
@@ -643,12 +674,16 @@ def create_dashboard(
     It answers requests whose Host names the address they arrived on (plus
     ``localhost``/``127.0.0.1``/``[::1]`` on loopback) or one of ``allowed_hosts``
     (``name`` or ``name:port``): list the names a proxy or DNS gives it.
+
+    Cancel, retry and the waitpoint webhook go through ``app``'s client and admin (an
+    App on ``dsn`` that never migrates, when not given).
     """
     if access_token is not None and len(access_token) < MIN_TOKEN:
         raise ConfigError(f"the dashboard's access token must be at least {MIN_TOKEN} characters")
     allowed_names(allowed_hosts)  # now, not at the first request
     labels = labels or ToolLabels()
-    app = Starlette(
+    tenure = app if app is not None else App(dsn, migrate=False)
+    board = Starlette(
         routes=[
             Route("/", overview),
             Route("/api/overview", overview_api),
@@ -679,16 +714,17 @@ def create_dashboard(
             Middleware(OriginCheck, headers=SECURITY_HEADERS),
             Middleware(_Guard),
         ],
-        lifespan=store_lifespan(dsn, DASHBOARD_CONNECTIONS),
+        lifespan=_lifespan(dsn, tenure, owned=app is None),
         exception_handlers={StoreError: _store_refused},
     )
-    app.router.redirect_slashes = False  # no URL of ours ends in "/", so none to redirect to
-    app.state.sessions = _Sessions(access_token)
-    app.state.charts = _Charts()
-    app.state.queues = _queues_page.QueueCharts()
-    app.state.poll_interval = poll_interval
-    app.state.metrics = MetricsState([], DatabaseGauges(labels, journal_counts=True))
-    return app
+    board.router.redirect_slashes = False  # no URL of ours ends in "/", so none to redirect to
+    board.state.tenure = tenure
+    board.state.sessions = _Sessions(access_token)
+    board.state.charts = _Charts()
+    board.state.queues = _queues_page.QueueCharts()
+    board.state.poll_interval = poll_interval
+    board.state.metrics = MetricsState([], DatabaseGauges(labels, journal_counts=True))
+    return board
 
 
 def serve_dashboard(

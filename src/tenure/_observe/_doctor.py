@@ -24,7 +24,7 @@ from .._policy import LeasePolicy
 from .._store import Store, known_migrations
 
 if TYPE_CHECKING:
-    from .._app import App
+    from .._registry import ToolRegistry
 
 Status = Literal["ok", "warn", "fail", "skip"]
 
@@ -112,13 +112,13 @@ async def check_clock(store: Store) -> list[Check]:
     return [Check("clock", "ok", detail)]
 
 
-def check_policies(app: App | None) -> list[Check]:
-    if app is None:
+def check_policies(registry: ToolRegistry | None) -> list[Check]:
+    if registry is None:
         return [Check("policies", "skip", "give MODULE:APP to check its tools' policies")]
-    if not app.tools:
+    if not registry.tools:
         return [Check("policies", "warn", "the app registers no tools")]
     checks = []
-    for name, spec in sorted(app.tools.items()):
+    for name, spec in sorted(registry.tools.items()):
         lease = spec.policy.lease
         budget = lease.missed_beats * lease.heartbeat + lease.jitter
         rule = (
@@ -155,9 +155,9 @@ def query_plan_scans(plan: Any) -> tuple[set[str], set[str]]:
     return indexes, scanned
 
 
-def _probe_params(app: App | None) -> dict[str, dict[str, Any]]:
+def _probe_params(registry: ToolRegistry | None) -> dict[str, dict[str, Any]]:
     """Parameters for explaining each hot statement (nothing is executed)."""
-    tools = sorted(app.tools) if app is not None and app.tools else ["tenure-doctor"]
+    tools = sorted(registry.tools) if registry is not None and registry.tools else ["tenure-doctor"]
     ids = list(range(1, PROBE_ROWS + 1))
     n = len(ids)
     return {
@@ -187,7 +187,7 @@ def _probe_params(app: App | None) -> dict[str, dict[str, Any]]:
     }
 
 
-async def check_indexes(store: Store, app: App | None) -> list[Check]:
+async def check_indexes(store: Store, registry: ToolRegistry | None) -> list[Check]:
     rows = await store.table_indexes()
     if not rows:
         return [Check("indexes", "fail", "tenure's tables are missing: run `tenure migrate`")]
@@ -200,7 +200,7 @@ async def check_indexes(store: Store, app: App | None) -> list[Check]:
         if missing
         else Check("indexes", "ok", f"{len(REQUIRED_INDEXES)} required indexes present")
     ]
-    params = _probe_params(app)
+    params = _probe_params(registry)
     for statement, intended in INTENDED_PLANS.items():
         try:
             used, scanned = query_plan_scans(await store.explain(statement, params[statement]))
@@ -228,12 +228,12 @@ async def check_indexes(store: Store, app: App | None) -> list[Check]:
 
 
 def doctor_steps(
-    store: Store, app: App | None
+    store: Store, registry: ToolRegistry | None
 ) -> Iterable[tuple[str, Callable[[], Awaitable[list[Check]]]]]:
     """The checks in order, as (label, coroutine factory) for a progress bar to step through."""
 
     async def policies() -> list[Check]:
-        return check_policies(app)
+        return check_policies(registry)
 
     async def embedded() -> list[Check]:
         return check_embedded()
@@ -244,5 +244,5 @@ def doctor_steps(
         ("schema", lambda: check_schema(store)),
         ("clock", lambda: check_clock(store)),
         ("policies", policies),
-        ("indexes and query plans", lambda: check_indexes(store, app)),
+        ("indexes and query plans", lambda: check_indexes(store, registry)),
     ]

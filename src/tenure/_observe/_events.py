@@ -204,7 +204,7 @@ _SPECS = (
     ),
     EventSpec(
         "waitpoint_answered",
-        "complete_waitpoint statement (App.complete_waitpoint, the dashboard's endpoint)",
+        "complete_waitpoint statement (App.answer_waitpoint, the dashboard's endpoint)",
         "complete_waitpoint",
         "a waitpoint was answered and its job queued again (detail waitpoint; kind children "
         "when its child jobs' end answered it; never the answer). duration_ms: how long it "

@@ -3,7 +3,7 @@ cancel or retry of the selected jobs answered, job by job.
 
 A search is read from the query string (state, tool, tenant, created since/until, an id,
 an idempotency key, a cursor), checked by `tenure._search` before anything runs, and sent as
-one statement (`Store.search_jobs`, the statement behind `App.search_jobs`). Pages follow a
+one statement (`Store.search_jobs`, the statement behind `App.admin.search`). Pages follow a
 keyset cursor, never an offset. Every value shown is escaped; no payload, result or error
 message is ever selected.
 """

@@ -17,7 +17,7 @@ from ._events import WRITER_KINDS
 from ._journal import JournalWriter
 
 if TYPE_CHECKING:
-    from .._app import App
+    from .._registry import ToolRegistry
     from ._http import ServerThread
 
 logger = logging.getLogger("tenure.worker")
@@ -75,8 +75,8 @@ class MetricsServer:
 
     name = "metrics"
 
-    def __init__(self, app: App, worker: str, host: str, port: int) -> None:
-        self._app = app
+    def __init__(self, registry: ToolRegistry, worker: str, host: str, port: int) -> None:
+        self._registry = registry
         self._worker = worker
         self._host = host
         self._port = port
@@ -91,11 +91,11 @@ class MetricsServer:
         from ._metrics import DatabaseGauges, process_metrics
 
         metrics = process_metrics()
-        metrics.labels.register_specs(self._app.tools.values())
-        metrics.prime(self._app.tools)  # every counter at zero before the first incident
+        metrics.labels.register_specs(self._registry.tools.values())
+        metrics.prime(self._registry.tools)  # every counter at zero before the first incident
         state = MetricsState([metrics.registry], DatabaseGauges(metrics.labels))
         server = ServerThread(
-            metrics_app(self._app.dsn, state), self._host, self._port, name="tenure-metrics"
+            metrics_app(self._registry.dsn, state), self._host, self._port, name="tenure-metrics"
         )
         self.url = await asyncio.to_thread(server.start)
         self._server = server
@@ -111,14 +111,16 @@ class WorkerTelemetry:
     """A worker's observability as components of its supervisor: the journal writer, the
     journal pruner and /metrics; everything here is off the claim/commit path."""
 
-    def __init__(self, app: App, worker: str, store: Store, options: TelemetryOptions) -> None:
+    def __init__(
+        self, registry: ToolRegistry, worker: str, store: Store, options: TelemetryOptions
+    ) -> None:
         kinds = WRITER_KINDS | ({"heartbeat_ok"} if options.journal_heartbeats else set())
         self.writer = JournalWriter(store, kinds=kinds, worker=worker)
         self.pruner = JournalPruner(store, options.pruner)
         self._metrics = (
             None
             if options.metrics_port is None
-            else MetricsServer(app, worker, options.metrics_host, options.metrics_port)
+            else MetricsServer(registry, worker, options.metrics_host, options.metrics_port)
         )
 
     @property

@@ -549,7 +549,7 @@ class WorkerRegistration:
 
 
 class WorkerInfo(TypedDict):
-    """A registered worker process as `App.list_workers` returns it.
+    """A registered worker process as `App.admin.workers` returns it.
 
     ``status`` is ``alive``, ``silent`` (not seen for three of its keep-alive periods: dead,
     paused or cut off) or ``stopped`` (a clean shutdown). ``leases_held`` counts the running

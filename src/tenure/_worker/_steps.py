@@ -34,7 +34,7 @@ from ._ownership import Ownership
 logger = logging.getLogger("tenure.worker")
 
 T = TypeVar("T")
-# App._new_job: (tool, payload, key, priority, delay, concurrency key, tenant) → NewJob.
+# ToolRegistry.new_job: (tool, payload, key, priority, delay, concurrency key, tenant) → NewJob.
 NewJobMaker = Callable[..., NewJob]
 MAX_STEP_BYTES = MAX_RESULT_BYTES
 MAX_DETAIL_BYTES = 2048
@@ -52,7 +52,7 @@ def step_detail(detail: Any, name: str) -> dict[str, Any]:
 
 class Steps:
     """The worker's side of every job's steps: its store, its name, its event loop, and how
-    its App turns a tool call into a job (checked against the tool's signature and policy)."""
+    its registry turns a tool call into a job (checked against the tool's signature and policy)."""
 
     __slots__ = ("loop", "new_job", "owner", "store")
 

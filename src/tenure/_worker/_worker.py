@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._context import Context
 from .._errors import PolicyError, StoreError
-from .._intercept import Chain
+from .._intercept import Chain, Interceptors
 from .._log import enabled, log_event
 from .._maintenance._job_pruner import JobPruner, JobPrunerConfig
 from .._maintenance._journal_pruner import JournalPrunerConfig
@@ -45,7 +45,7 @@ from ._ownership import Ownership
 from ._steps import Steps
 
 if TYPE_CHECKING:
-    from .._app import App
+    from .._registry import ToolRegistry
 
 logger = logging.getLogger("tenure.worker")
 
@@ -94,7 +94,7 @@ def default_worker_name() -> str:
 
 
 class Worker:
-    """Runs the tools registered on an App. Create it with ``app.worker(...)``.
+    """Runs the tools of a `ToolRegistry` (an App's: create it with ``app.worker(...)``).
 
     ``concurrency`` calls at once, claimed ``claim_batch`` at a time; ``poll_interval``
     is how often it looks for work when no notification woke it; ``grace`` is how long
@@ -109,7 +109,7 @@ class Worker:
     ``scheduler`` (`SchedulerConfig`), ``statistics`` (`StatisticsConfig`) and
     ``worker_pruner`` (`WorkerPrunerConfig`: registry rows of workers unseen too long).
 
-    The worker registers itself in ``tenure_workers`` at start (`App.list_workers`,
+    The worker registers itself in ``tenure_workers`` at start (`App.admin.workers`,
     ``tenure workers``); its heartbeat thread keeps the row alive at least every
     ``keepalive`` seconds, and readers call it silent after three periods unseen.
 
@@ -121,7 +121,7 @@ class Worker:
 
     def __init__(
         self,
-        app: App,
+        registry: ToolRegistry,
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
         claim_batch: int = DEFAULT_CLAIM_BATCH,
@@ -147,7 +147,7 @@ class Worker:
             raise PolicyError(f"poll_interval={poll_interval} is outside [0.01, 60] s")
         if not 0 <= grace <= 3600:
             raise PolicyError(f"grace={grace} is outside [0, 3600] s")
-        if not app.tools:
+        if not registry.tools:
             raise PolicyError("the app has no registered tools; a worker would have nothing to do")
         low, high = KEEPALIVE_RANGE
         if (
@@ -164,7 +164,7 @@ class Worker:
             raise PolicyError(
                 f"a worker's name must be 1 to {MAX_NAME} printable characters, got {name!r:.60}"
             )
-        self.app = app
+        self.registry = registry
         self.name = name or default_worker_name()
         self.concurrency = concurrency
         self.claim_batch = claim_batch
@@ -175,15 +175,15 @@ class Worker:
         )
         self.metrics_url: str | None = None
         self._rescuer_config = rescuer or RescuerConfig(
-            interval=min(1.0, min(t.policy.lease.lease for t in app.tools.values()) / 2)
+            interval=min(1.0, min(t.policy.lease.lease for t in registry.tools.values()) / 2)
         )
         self._scheduler_config = scheduler or SchedulerConfig()
         self._job_pruner_config = job_pruner or JobPrunerConfig()
         self._statistics = statistics or StatisticsConfig()
         self._worker_pruner_config = worker_pruner or WorkerPrunerConfig()
         self.keepalive = keepalive
-        self._limited = bool(app.limits)  # keyed jobs need the admitting claim
-        self._lease_ms = {name: spec.policy.lease.lease_ms for name, spec in app.tools.items()}
+        self._limited = bool(registry.limits)  # keyed jobs need the admitting claim
+        self._lease_ms = {name: spec.policy.lease.lease_ms for name, spec in registry.tools.items()}
         self._active: dict[int, asyncio.Task[None]] = {}
         self._stop_reasons: dict[int, Stopped] = {}
         self._wake = asyncio.Event()
@@ -197,7 +197,7 @@ class Worker:
         self._recheck: asyncio.Task[None] | None = None
         self._acks: set[asyncio.Task[None]] = set()
         self.counts: Counter[str] = Counter()
-        self._interceptors = app.interceptors  # around each claim, call and commit
+        self._interceptors: Interceptors = registry.interceptors  # around claim, call, commit
         # River's test signals: a test awaits signals["rescuer"].wait() (a round done).
         self.signals = Signals()
         self.supervisor: Supervisor | None = None  # while run() runs
@@ -220,7 +220,7 @@ class Worker:
         them (``tenure worker`` sets it).
         """
         loop = asyncio.get_running_loop()
-        dsn = self.app.dsn
+        dsn = self.registry.dsn
         if scrub_environment:
             for variable in CREDENTIAL_VARIABLES:
                 os.environ.pop(variable, None)
@@ -236,13 +236,13 @@ class Worker:
             # Unwinds after everything else, just before the store closes.
             stack.push_async_callback(self._forget_store)
             self._waitpoint_secret = await store.waitpoint_secret()
-            self._steps = Steps(store, self.name, loop, self.app._new_job)
+            self._steps = Steps(store, self.name, loop, self.registry.new_job)
             registration = self._registration()
             await store.register_worker(registration)
             # Runs after the heartbeat thread has stopped (the stack unwinds in reverse), so
             # no keep-alive can follow the stop.
             stack.push_async_callback(self._unregister, store)
-            telemetry = WorkerTelemetry(self.app, self.name, store, self._telemetry)
+            telemetry = WorkerTelemetry(self.registry, self.name, store, self._telemetry)
             executor = Executor()
             heartbeat = HeartbeatThread(dsn, self.name, registration)
             completer = Completer(store, self.name, self._count, stages=Transitions(store))
@@ -286,8 +286,8 @@ class Worker:
             Rescuer(store, self._rescuer_config),
             Scheduler(
                 store,
-                list(self.app.schedules.values()),
-                self.app._schedule_job,
+                list(self.registry.schedules.values()),
+                self.registry.schedule_job,
                 self._scheduler_config,
             ),
             JobPruner(store, list(self._lease_ms), self._job_pruner_config),
@@ -420,7 +420,7 @@ class Worker:
         executor: Executor,
         completer: Completer,
     ) -> None:
-        spec = self.app.tools[job.tool]
+        spec = self.registry.tools[job.tool]
         sent_at = job.sent_at
         lease_remaining = job.lease_remaining
         ownership = Ownership(sent_at, lease_remaining)
@@ -433,7 +433,7 @@ class Worker:
             worker=self.name,
             ownership=ownership,
             safety_margin=spec.policy.lease.margin,
-            signing_key=self.app.signing_key,
+            signing_key=self.registry.signing_key,
             progress=functools.partial(heartbeat.report, job.id),
             waitpoint_secret=self._waitpoint_secret,
             waitpoints=job.waitpoints,
@@ -530,7 +530,7 @@ class Worker:
         heartbeat: HeartbeatThread,
         chain: Chain | None,
     ) -> None:
-        spec = self.app.tools[job.tool]
+        spec = self.registry.tools[job.tool]
         started = time.monotonic()
         try:
             run = executor.run(spec, ctx, job, self._stop_reasons)

@@ -92,13 +92,13 @@ class ReviewDemo:
             self.say(f"SIGKILL {owner}; started {self.spawn()} in its place")
 
     def jobs(self, state: str, tool: str) -> list[Job]:
-        return self.app.list_jobs_sync(state=state, tool=tool, limit=1000)
+        return self.app.sync.admin.jobs(state=state, tool=tool, limit=1000)
 
     def run(self) -> int:
         for _ in range(self.workers - len(self.procs)):
             self.spawn()
         ids = [
-            self.app.start_run_sync(
+            self.app.sync.start_run(
                 review,
                 {"task": f"PR-{100 + i}", "seconds": 1.0, "tracker": self.tracker.url},
                 idempotency_key=f"review:PR-{100 + i}",
@@ -113,7 +113,7 @@ class ReviewDemo:
         if self.until("a QA verdict", lambda: self.jobs("succeeded", "qa"), 30):
             verdict = self.jobs("succeeded", "qa")[0]
             self.kill(verdict.owner)
-            run = self.app.get_run_sync(int(verdict.idempotency_key.split(":")[1]))
+            run = self.app.sync.get_run(int(verdict.idempotency_key.split(":")[1]))
             after = [s for s in run.stages if s.job_id and s.job_id > verdict.id]
             self.say(
                 f"QA's verdict for run {run.id} had committed together with its next step: "
@@ -129,11 +129,11 @@ class ReviewDemo:
             run_id = int(held.idempotency_key.split(":")[1])
             self.until(
                 "the gate to be taken over",
-                lambda: self.app.get_sync(held.id).token != held.token,
+                lambda: self.app.sync.get(held.id).token != held.token,
                 15,
             )
             try:
-                self.app.record_verdict_sync(run_id, "qa", held.token, Verdict("approve"))
+                self.app.sync.record_verdict(run_id, "qa", held.token, Verdict("approve"))
                 self.late_verdict = "ACCEPTED (wrong)"
             except Conflict as exc:
                 self.late_verdict = "refused with Conflict (409), nothing written"
@@ -141,7 +141,7 @@ class ReviewDemo:
 
         self.sign_off(ids)
         self.until("every run to end", lambda: all(self.ended(i) for i in ids), DEADLINE)
-        return self.report([self.app.get_run_sync(i) for i in ids])
+        return self.report([self.app.sync.get_run(i) for i in ids])
 
     def sign_off(self, ids: list[int]) -> None:
         """Play the maintainer: each run's last gate waits at a waitpoint for a person."""
@@ -159,7 +159,7 @@ class ReviewDemo:
         )
         for job in waiting:
             run_id = int(job.idempotency_key.split(":")[1])
-            self.app.record_verdict_sync(run_id, "signoff", job.token, Verdict("approve"))
+            self.app.sync.record_verdict(run_id, "signoff", job.token, Verdict("approve"))
             self.signed += 1
         self.say(f"the maintainer signed {self.signed} runs off (record_verdict, token-checked)")
 
@@ -170,7 +170,7 @@ class ReviewDemo:
 
     def ended(self, run_id: int) -> bool:
         """The run is over and every gate status it decided was recorded at the tracker."""
-        run = self.app.get_run_sync(run_id)
+        run = self.app.sync.get_run(run_id)
         return run.done and all(s.state != "open" for s in run.stages)
 
     def report(self, runs: list[Run]) -> int:
@@ -179,7 +179,7 @@ class ReviewDemo:
         verdicts = Counter(f"{s.name} {s.decision}" for s in stages if s.decision)
         delivered = sum(n for key, n in verdicts.items() if not key.startswith("signoff "))
         reruns = sum(s.job.attempt - 1 for s in stages if s.job is not None)
-        summary = self.app.summary_sync()
+        summary = self.app.sync.admin.summary()
         recorded = sum(1 for s in outbox if s.state == "succeeded")
         applied, doubled = self.tracker.effects()
         lines = [

@@ -114,12 +114,12 @@ async def run_call(
 ) -> Any:
     """Queue the call (or find the job its key already names) and return its result.
 
-    ``lax``: the model's trivial slips converted first (`App.coerce_arguments`). Raises
+    ``lax``: the model's trivial slips converted first (`App.registry.coerce_arguments`). Raises
     PayloadError (arguments outside the tool's signature; nothing queued), JobFailed,
     JobCancelled, or Deferred once ``defer_after`` seconds passed.
     """
     if lax:
-        arguments = app.coerce_arguments(tool, arguments)
+        arguments = app.registry.coerce_arguments(tool, arguments)
     job = await app.enqueue(tool, arguments, idempotency_key=key, tenant=tenant)
     try:
         return await app.wait(job.id, timeout=defer_after)

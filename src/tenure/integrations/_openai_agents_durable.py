@@ -15,7 +15,7 @@ with heartbeats. On the worker, ``Runner.run`` drives the agent as usual, with:
   before a guardrail trips) and their verdicts are steps too;
 - a tool that needs approval (the SDK's ``needs_approval``, left to you) ends the attempt at
   a waitpoint: ``on_approval(token, requests)`` hands the token to whoever decides, and
-  ``app.complete_waitpoint(token, {"approve": [call ids]})`` resumes the run.
+  ``app.answer_waitpoint(token, {"approve": [call ids]})`` resumes the run.
 
 So the run resumes after a kill at any point, on any worker, the first turn included.
 Streaming (``Runner.run_streamed``) is not durable: a durable run is driven by ``Runner.run``.

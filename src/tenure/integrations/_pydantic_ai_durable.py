@@ -189,7 +189,7 @@ class _Backend(CallableOperationBackend[None]):
 
 class _Waiter(ExternalEventWaiter):
     """A wait for an external event (an approval) is a tenure waitpoint: the run holds no
-    lease while it waits, and ``app.complete_waitpoint(token, answer)`` resumes it."""
+    lease while it waits, and ``app.answer_waitpoint(token, answer)`` resumes it."""
 
     def __init__(self, run: _Run) -> None:
         self._run = run

@@ -73,7 +73,7 @@ class TenureTools:
         self.tools: list[FunctionTool] = [self._tool(name) for name in offered(app, tools)]
 
     def _tool(self, name: str) -> FunctionTool:
-        schema = self.app.tool_schema(name)
+        schema = self.app.registry.tool_schema(name)
 
         async def invoke(ctx: ToolContext[Any], arguments: str) -> Any:
             return await self._call(name, ctx, ctx.tool_call_id, arguments)
@@ -101,7 +101,7 @@ class TenureTools:
         run = current_run()
         try:
             if self.lax:
-                payload = self.app.coerce_arguments(name, payload)
+                payload = self.app.registry.coerce_arguments(name, payload)
             if run is not None:
                 done = await run.child_call(name, payload, f"tool.{run.position(call_id, 'child')}")
                 if done.state != "succeeded":

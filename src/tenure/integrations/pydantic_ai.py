@@ -82,7 +82,7 @@ class TenureToolset(AbstractToolset[Any]):
     ) -> None:
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise PolicyError(f"max_retries must be a non-negative int, got {max_retries!r}")
-        self._defs = [_definition(app.tool_schema(name)) for name in offered(app, tools)]
+        self._defs = [_definition(app.registry.tool_schema(name)) for name in offered(app, tools)]
         self.app, self.max_retries, self._tenant, self._id = app, max_retries, tenant, id
         self.defer_after = check_defer_after(defer_after)
         self.lax = lax
@@ -132,7 +132,7 @@ class TenureToolset(AbstractToolset[Any]):
         position = f"tool.{run.position(ctx, 'child')}"
         try:
             if self.lax:
-                tool_args = self.app.coerce_arguments(name, tool_args)
+                tool_args = self.app.registry.coerce_arguments(name, tool_args)
             done = await run.child_call(name, tool_args, position)
         except PayloadError as error:
             raise _framework_error(failure(name, error)) from None

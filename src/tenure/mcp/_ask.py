@@ -34,7 +34,7 @@ from .._job import Job
 from .._waitpoint import fit_form, form_of
 from ._caller import Caller
 
-Waitpoint = Mapping[str, Any]  # a row of `App.job_waitpoints`
+Waitpoint = Mapping[str, Any]  # a row of `App.admin.waitpoints`
 KEY_PREFIX = "waitpoint:"  # an input request's key: the waitpoint's name after it
 MAX_QUESTION = 2000  # characters of a waitpoint's request shown in the question
 
@@ -43,7 +43,7 @@ async def open_waitpoints(app: App, job: Job) -> list[Waitpoint]:
     """The job's open waitpoints (it waits at one at a time)."""
     if job.state != "waiting":
         return []
-    found: list[Waitpoint] = [w for w in await app.job_waitpoints(job.id) if w["state"] == "open"]
+    found: list[Waitpoint] = [w for w in await app.admin.waitpoints(job.id) if w["state"] == "open"]
     return found
 
 
@@ -65,7 +65,7 @@ def waiting_message(job: Job, waitpoints: Sequence[Waitpoint]) -> str:
         return f"waiting for {what} at {wp['name']!r} ({left}); nobody answers it"
     return (
         f"waiting at waitpoint {wp['name']!r} for whoever holds its token, a person or a "
-        f"service, not for you ({left}); they answer with App.complete_waitpoint or the "
+        f"service, not for you ({left}); they answer with App.answer_waitpoint or the "
         "dashboard's POST /waitpoints/{token}"
     )
 
@@ -110,7 +110,7 @@ async def answer(
     assert formed is not None
     try:
         given = fit_form(formed[0], formed[1], reply.content)
-        await app.answer_waitpoint(job.id, name, given, tenant=caller.tenant)
+        await app.answer_waitpoint(answer=given, job_id=job.id, name=name, tenant=caller.tenant)
     except PayloadError as exc:
         raise MCPError(INVALID_PARAMS, f"answer at waitpoint {name!r} refused: {exc}") from None
     except Conflict:  # answered elsewhere meanwhile, or it timed out

@@ -62,7 +62,7 @@ async def _serve(
     verifier: TokenVerifier | None,
 ) -> None:
     if not args.worker:
-        await app.verify_schema()
+        await app.admin.verify_schema()
     worker = app.worker() if args.worker else None
     running = asyncio.create_task(worker.run(handle_signals=False)) if worker else None
     try:

@@ -79,7 +79,7 @@ def job_result(app: App, job: Job, *, created: bool, scope: str | None = None) -
     if job.state == "succeeded":
         value = job.result
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        structured = app.structured_result(job.tool, value)
+        structured = app.registry.structured_result(job.tool, value)
         return _result(text, error=False, structured=structured, meta=meta)
     error = job.error or {}
     code = str(error.get("code", job.state)) if job.state == "failed" else "cancelled"

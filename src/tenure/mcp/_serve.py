@@ -44,7 +44,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._app import App
 from .._errors import ConfigError
-from .._observe._dashboard import WILDCARD_BINDS, _same, check_bind
+from .._observe._dashboard import WILDCARD_BINDS, check_bind, same_secret
 from .._observe._http import HostCheck, OriginCheck, allowed_names, is_loopback, parse_host
 from ._server import server
 from ._wire import LEFT, Left
@@ -86,7 +86,7 @@ class _Bearer:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scheme, _, given = Headers(scope=scope).get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not _same(given.strip(), self.token):
+            if scheme.lower() != "bearer" or not same_secret(given.strip(), self.token):
                 response = JSONResponse(
                     {"error": "an access token is required: Authorization: Bearer <token>"},
                     status_code=401,

@@ -102,17 +102,17 @@ class _Bridge:
                     name=s["name"],
                     description=s["description"],
                     input_schema=s["parameters"],
-                    output_schema=self.app.output_schema(s["name"]),
+                    output_schema=self.app.registry.output_schema(s["name"]),
                     execution=execution(wire),
                 )
-                for s in self.app.tool_schemas()
+                for s in self.app.registry.tool_schemas()
             ]
         )
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
         if name not in self.app.tools:
             return None
-        schema: dict[str, Any] = self.app.tool_schema(name)["parameters"]
+        schema: dict[str, Any] = self.app.registry.tool_schema(name)["parameters"]
         return schema
 
     # -- tools/call --------------------------------------------------------------------
@@ -207,7 +207,7 @@ class _Bridge:
         try:
             arguments = params.arguments or {}
             if self.lax:
-                arguments = self.app.coerce_arguments(tool, arguments)
+                arguments = self.app.registry.coerce_arguments(tool, arguments)
             # Shielded: once sent, the enqueue completes, so a cancel that interrupts this
             # handler still finds the job it must cancel.
             with anyio.CancelScope(shield=True):
@@ -303,7 +303,7 @@ def server(
     bearer tokens instead (`http_app`).
 
     ``lax_arguments``: convert a model's trivial slips (``"2"`` for an ``int``) instead of
-    refusing them (`App.coerce_arguments`); off, arguments are checked strictly.
+    refusing them (`App.registry.coerce_arguments`); off, arguments are checked strictly.
 
     ``trust_trace_context``: continue the trace a client names in ``_meta``
     (``traceparent``); off (the default), each request starts a trace of its own that

@@ -228,9 +228,7 @@ class Tasks:
         return status, _message(job), waitpoints, asked
 
     def _retention_ms(self, job: Job) -> int:
-        spec = self.app.tools.get(job.tool)
-        seconds = self.app.retain if spec is None or spec.retain is None else spec.retain
-        return round(seconds * 1000)
+        return round(self.app.registry.retention(job.tool) * 1000)
 
     async def core_task(self, caller: Caller, job: Job) -> Task:
         status, message, _, _ = await self._state(job)
@@ -334,7 +332,7 @@ class Tasks:
             return {"tasks": []}
         jobs = [
             j
-            for j in await self.app.list_jobs(tenant=caller.tenant, limit=MAX_LISTED * 10)
+            for j in await self.app.admin.jobs(tenant=caller.tenant, limit=MAX_LISTED * 10)
             if caller.owns(j)
         ]
         tasks = [

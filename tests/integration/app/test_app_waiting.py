@@ -26,7 +26,7 @@ async def app(tenure_dsn: str) -> AsyncIterator[tenure.App]:
 async def count_status_reads(app: tenure.App, monkeypatch: pytest.MonkeyPatch) -> Counter[Any]:
     """How many times each task read job statuses through this loop's store (the reads
     still go to the database; they are only counted)."""
-    store = await app._store()
+    store = await app._connection.store()
     reads: Counter[Any] = Counter()
     read = store.job_status
 
@@ -54,7 +54,7 @@ async def test_progress_wakes_a_watcher_but_never_a_plain_waiter(
         return "done"
 
     reads = await count_status_reads(app, monkeypatch)
-    waiters = await app._waiting()
+    waiters = await app._connection.waiters()
     # The listener's first connection wakes everyone once; let that happen before anyone waits.
     await wait_until_async(lambda: waiters.pushed, timeout=20, message="no listener")
     worker = app.worker(concurrency=1, poll_interval=0.2)

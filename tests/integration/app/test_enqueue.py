@@ -119,20 +119,20 @@ def test_duplicate_tool_and_bad_signature_are_refused(tenure_dsn: str) -> None:
 def test_sync_facade_round_trip(tenure_dsn: str) -> None:
     app = make_app(tenure_dsn)
     try:
-        job = app.enqueue_sync("fetch", {"invoice_id": "s"}, idempotency_key="sync")
-        assert app.get_sync(job.id).state == "queued"
-        assert app.cancel_sync(job.id).state == "cancelled"
+        job = app.sync.enqueue("fetch", {"invoice_id": "s"}, idempotency_key="sync")
+        assert app.sync.get(job.id).state == "queued"
+        assert app.sync.cancel(job.id).state == "cancelled"
         with pytest.raises(tenure.JobCancelled, match="cancelled") as cancelled:
-            app.wait_sync(job.id, timeout=1)
+            app.sync.wait(job.id, timeout=1)
         assert cancelled.value.job is not None and cancelled.value.job.state == "cancelled"
         with pytest.raises(tenure.JobAlreadyEnded) as ended:
-            app.cancel_sync(job.id)
+            app.sync.cancel(job.id)
         assert ended.value.job.state == "cancelled"
-        assert app.retry_sync(job.id).state == "queued"
+        assert app.sync.admin.retry(job.id).state == "queued"
         with pytest.raises(tenure.WaitTimeout):
-            app.wait_sync(job.id, timeout=0.05)
+            app.sync.wait(job.id, timeout=0.05)
         with pytest.raises(tenure.JobNotFound):
-            app.get_sync(10**9)
+            app.sync.get(10**9)
     finally:
         app.close()
 
@@ -145,7 +145,7 @@ async def test_end_to_end_with_an_in_process_worker(app: tenure.App) -> None:
         assert await app.wait(job.id, timeout=20) == {"invoice_id": "c-1048"}
         final = await app.get(job.id)
         assert final.state == "succeeded" and final.attempt == 1 and final.lease_until is None
-        kinds = [e["kind"] for e in await app.events(job.id)]
+        kinds = [e["kind"] for e in await app.admin.events(job.id)]
         assert kinds == ["job_claimed", "succeeded"]
     finally:
         worker.stop()

@@ -39,7 +39,7 @@ async def app(tenure_dsn: str) -> AsyncIterator[tenure.App]:
 
 
 async def store_of(app: tenure.App) -> Store:
-    return await app._store()
+    return await app._connection.store()
 
 
 def queued(dsn: str, tenant: str) -> int:
@@ -148,7 +148,7 @@ def test_bad_tenants_and_quotas_are_refused(tenure_dsn: str) -> None:
     app = make_app(tenure_dsn)
     for tenant in ("", "x" * 201, "a\nb", 7):
         with pytest.raises(tenure.PolicyError, match="tenant must be"):
-            app.enqueue_sync("fetch", {}, tenant=tenant)  # type: ignore[arg-type]
+            app.sync.enqueue("fetch", {}, tenant=tenant)  # type: ignore[arg-type]
     for value in (0, -1, True, 10_000_001, 1.5):
         with pytest.raises(tenure.PolicyError, match="quota"):
             app.quota("acme", value)  # type: ignore[arg-type]
@@ -157,7 +157,7 @@ def test_bad_tenants_and_quotas_are_refused(tenure_dsn: str) -> None:
     app.quota("acme", 3)
     with pytest.raises(tenure.PolicyError, match="already declared as 3"):
         app.quota("acme", 4)
-    assert app.list_jobs_sync() == []
+    assert app.sync.admin.jobs() == []
     app.close()
 
 
@@ -208,9 +208,9 @@ async def test_priority_still_comes_first(app: tenure.App) -> None:
 async def test_list_jobs_filters_by_tenant(app: tenure.App) -> None:
     await app.enqueue("fetch", {"n": 1}, tenant="acme")
     await app.enqueue("fetch", {"n": 2}, tenant="globex")
-    jobs = await app.list_jobs(tenant="acme")
+    jobs = await app.admin.jobs(tenant="acme")
     assert [j.tenant for j in jobs] == ["acme"]
-    assert {j.tenant for j in await app.list_jobs()} == {"acme", "globex"}
+    assert {j.tenant for j in await app.admin.jobs()} == {"acme", "globex"}
 
 
 # -- a flood -----------------------------------------------------------------------------------

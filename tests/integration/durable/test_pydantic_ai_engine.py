@@ -1,5 +1,5 @@
 """`TenureDurability` with a worker in this process: a run waiting for a person's approval
-holds no lease (the wait is a waitpoint, answered with `App.complete_waitpoint`), each model
+holds no lease (the wait is a waitpoint, answered with `App.answer_waitpoint`), each model
 request and tool call is a step named by its position, a structured output comes back typed,
 and outside a worker the agent runs as a plain agent."""
 
@@ -92,7 +92,7 @@ async def test_a_run_waiting_for_approval_holds_no_lease_and_resumes_on_the_answ
         assert held["lease_until"] is None
         results = DeferredToolResults(approvals={call: True for call in ASKED["calls"]})
         answer = json.loads(json.dumps({"approvals": results.approvals}))
-        resumed = await producer.complete_waitpoint(ASKED["token"], answer)
+        resumed = await producer.answer_waitpoint(ASKED["token"], answer)
         assert resumed.state == "queued"
         output = await producer.wait(job.id, timeout=30, result_type=Refund)
     assert output == Refund(order="o-42", approved=True)
@@ -105,7 +105,7 @@ async def test_a_run_waiting_for_approval_holds_no_lease_and_resumes_on_the_answ
     kinds = {s["name"]: s["kind"] for s in steps}
     assert kinds["model.1"] == kinds["model.2"] == "model" and kinds["tool.1.0"] == "tool"
     with pytest.raises(tenure.Conflict):  # answered once
-        await producer.complete_waitpoint(ASKED["token"], answer)
+        await producer.answer_waitpoint(ASKED["token"], answer)
 
 
 async def test_outside_a_worker_the_agent_is_a_plain_agent(
@@ -146,7 +146,7 @@ async def test_watching_a_run_tells_its_steps_waits_tools_and_output(
                 events.append(event)
                 if event.kind == "waiting":
                     approvals = {call: True for call in ASKED["calls"]}
-                    await producer.complete_waitpoint(ASKED["token"], {"approvals": approvals})
+                    await producer.answer_waitpoint(ASKED["token"], {"approvals": approvals})
 
         await asyncio.wait_for(watch(), 60)
     kinds = [(e.kind, e.step) for e in events]
@@ -187,7 +187,7 @@ async def test_a_durable_runs_tenure_tool_takes_a_models_slip_with_lax(tenure_ds
     try:
         async with running(app):
             assert await durability.run("double 21", key="lax-1", timeout=60) == "42"
-        (child,) = await app.list_jobs(tool="double")
+        (child,) = await app.admin.jobs(tool="double")
         assert child.payload == {"n": 21}
     finally:
         await app.aclose()

@@ -118,9 +118,9 @@ async def test_no_token_and_no_caller_answers_a_sleep_or_a_childrens_wait(
     for job, token, name in ((sleeping, sleep_token, "sleep#0"), (waiting, wait_token, "wait#0~1")):
         before = written(tenure_dsn, job.id)
         with pytest.raises(tenure.Conflict):
-            await app.complete_waitpoint(token, "wake up")
+            await app.answer_waitpoint(token, "wake up")
         with pytest.raises(tenure.Conflict):
-            await app.answer_waitpoint(job.id, name, "wake up")
+            await app.answer_waitpoint(answer="wake up", job_id=job.id, name=name)
         assert written(tenure_dsn, job.id) == before  # still waiting there, nothing journaled
     declared = rows(tenure_dsn, "SELECT kind, answered_by FROM tenure_waitpoints ORDER BY id")
     assert declared == [
@@ -209,7 +209,7 @@ async def test_a_job_cancelled_in_its_sleep_sleeps_again_in_full_when_retried(
         await app.cancel(job.id)
         assert _waits(tenure_dsn, job.id)[0]["state"] == "cancelled"
         retried_at = time.monotonic()
-        await app.retry(job.id)
+        await app.admin.retry(job.id)
         await until_waiting(tenure_dsn, job.id)
         assert _waits(tenure_dsn, job.id) == [{**first, "state": "open"}]
         assert await app.wait(job.id, timeout=30) == "cancelled rested"
@@ -230,7 +230,7 @@ async def test_a_sleep_that_ended_is_not_slept_again_after_a_retry(
         job = await app.enqueue("nap", {"seconds": 1.0, "name": "ended"})
         with pytest.raises(tenure.JobFailed):
             await app.wait(job.id, timeout=30)
-        await app.retry(job.id)
+        await app.admin.retry(job.id)
         assert await app.wait(job.id, timeout=30) == "ended rested"
     kinds = [e["kind"] for e in _journal(tenure_dsn, job.id)]
     assert kinds.count("suspended") == 1 and kinds.count("waitpoint_timed_out") == 1
@@ -250,7 +250,7 @@ async def test_a_job_cancelled_while_waiting_for_children_waits_again_when_retri
         await until_waiting(tenure_dsn, job.id)
         (first,) = _waits(tenure_dsn, job.id)
         await app.cancel(job.id)
-        await app.retry(job.id)
+        await app.admin.retry(job.id)
         await until_waiting(tenure_dsn, job.id)
         assert _waits(tenure_dsn, job.id) == [{**first, "state": "open"}]
         GATE["kid"].set()

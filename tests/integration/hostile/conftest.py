@@ -22,8 +22,8 @@ def seeded_dsn(database_dsn: str) -> Iterator[str]:
     app = build_app(dsn)
     try:
         for n in range(3):
-            job = app.enqueue_sync("echo", {"text": f"seed {n}"}, idempotency_key=f"seed-{n}")
-        app.cancel_sync(job.id)
+            job = app.sync.enqueue("echo", {"text": f"seed {n}"}, idempotency_key=f"seed-{n}")
+        app.sync.cancel(job.id)
     finally:
         app.close()
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -71,7 +71,7 @@ async def test_a_nul_in_an_explorer_filter_is_a_400_naming_the_filter(
 def test_search_jobs_refuses_a_nul_as_its_docstring_promises(tenure_dsn: str) -> None:
     for app in closing_app(App(tenure_dsn)):
         with pytest.raises(InvalidSearch, match="tool holds a NUL"):
-            app.search_jobs_sync(tool="\x00")
+            app.sync.admin.search(tool="\x00")
         with pytest.raises(InvalidSearch, match="tenant holds a NUL"):
-            app.search_jobs_sync(tenant="a\x00b", key="k")
-        assert app.search_jobs_sync(tool="alpha").jobs == ()
+            app.sync.admin.search(tenant="a\x00b", key="k")
+        assert app.sync.admin.search(tool="alpha").jobs == ()

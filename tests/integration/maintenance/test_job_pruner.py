@@ -114,7 +114,7 @@ async def test_a_pruned_key_runs_again_and_a_kept_one_does_not(tenure_dsn: str) 
         kept_ms = rows(tenure_dsn, "SELECT id, retain_ms FROM tenure_jobs ORDER BY id")
         assert kept_ms == [(first.id, 2 * DAY * 1000), (brief.id, 60_000), (other.id, 3_600_000)]
 
-        store = await app._store()
+        store = await app._connection.store()
         await finish_all(store, ["report", "ping"])
         age(tenure_dsn, 1)  # one day later: "b" and "p" are past their windows, "k" is not
         assert await JobPruner(store, ["report", "ping"]).run_once() == 2

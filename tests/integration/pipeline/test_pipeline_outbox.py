@@ -89,7 +89,7 @@ async def test_an_undelivered_intent_is_sent_again_and_applied_once(
         assert delivery is not None and delivery.id == outbox.job.id  # the same job, re-sent
         assert delivery.attempt == 2 and delivery.state == "succeeded"
         outcomes = {"dispatched", "failed", "retry_requested", "succeeded"}
-        kinds = [e["kind"] for e in await app.events(delivery.id) if e["kind"] in outcomes]
+        kinds = [e["kind"] for e in await app.admin.events(delivery.id) if e["kind"] in outcomes]
         assert kinds == ["dispatched", "failed", "retry_requested", "succeeded"]
         key = f"tool-job:{delivery.id}:publish"
         assert count_rows(tenure_dsn, "example_cases", key) == 1  # applied once

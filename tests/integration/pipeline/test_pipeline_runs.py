@@ -144,7 +144,7 @@ async def test_fan_out_and_a_join_that_waits_for_every_branch_of_its_round(
     jobs = {(s.name, s.round): s.job_id for s in done.stages}
     last = max(jobs[("lint", 2)] or 0, jobs[("part_c", 1)] or 0)
     assert merge.job_id is not None and merge.job_id > last  # queued only after both
-    dispatched = [e for e in await app.events(merge.job_id) if e["kind"] == "dispatched"]
+    dispatched = [e for e in await app.admin.events(merge.job_id) if e["kind"] == "dispatched"]
     assert len(dispatched) == 1 and dispatched[0]["detail"]["run"] == run.id
     (context,) = [args for name, args in app.seen if name == "merge"]  # type: ignore[attr-defined]
     assert context["part_b"] == context["part_c"] == f"done by run {run.id}"
@@ -179,6 +179,6 @@ async def test_input_the_first_stage_cannot_take_is_refused_and_writes_nothing(
         await app.start_run("review", {"title": "no task"})
     with pytest.raises(tenure.PolicyError, match="unknown pipeline 'nope'"):
         await app.start_run("nope", {})
-    assert await app.list_jobs() == []
+    assert await app.admin.jobs() == []
     with pytest.raises(tenure.RunNotFound):
         await app.get_run(1)

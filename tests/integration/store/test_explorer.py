@@ -1,6 +1,6 @@
 """The job explorer's statement on a real table: every filter combination reads the index
 made for it (bench/explorer_plans.py's cases, on 20,000 rows), and paging by cursor visits
-every matching job exactly once, newest first, through `App.search_jobs`."""
+every matching job exactly once, newest first, through `App.admin.search`."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def walk(app: App, **filters: Any) -> list[int]:
     seen: list[int] = []
     cursor = None
     while True:
-        page = app.search_jobs_sync(**filters, cursor=cursor, limit=97)
+        page = app.sync.admin.search(**filters, cursor=cursor, limit=97)
         assert isinstance(page, JobPage) and len(page.jobs) <= 97
         seen += [job["id"] for job in page.jobs]
         if page.next_cursor is None:
@@ -101,10 +101,10 @@ def test_find_by_id_and_by_key_within_its_tenant(app: App, filled: str) -> None:
         ).fetchone()
     assert row is not None
     job_id, key, tenant = row
-    assert [j["id"] for j in app.search_jobs_sync(job_id=job_id).jobs] == [job_id]
-    found = app.search_jobs_sync(key=key, tenant=tenant).jobs
+    assert [j["id"] for j in app.sync.admin.search(job_id=job_id).jobs] == [job_id]
+    found = app.sync.admin.search(key=key, tenant=tenant).jobs
     assert [(j["id"], j["tenant"]) for j in found] == [(job_id, tenant)]
     assert "payload" not in found[0] and "result" not in found[0]
-    assert app.search_jobs_sync(key=key).jobs == ()  # tenant '' holds no such key
+    assert app.sync.admin.search(key=key).jobs == ()  # tenant '' holds no such key
     with pytest.raises(InvalidSearch, match="unknown state"):
-        app.search_jobs_sync(state="finished")
+        app.sync.admin.search(state="finished")

@@ -93,16 +93,16 @@ async def test_an_answer_past_the_deadline_is_a_conflict_before_any_sweep(
     await past_deadline(tenure_dsn, late.id)
     before = written(tenure_dsn, late.id)
     with pytest.raises(tenure.Conflict):
-        await app.complete_waitpoint(late_token, {"approved": True})
+        await app.answer_waitpoint(late_token, {"approved": True})
     assert written(tenure_dsn, late.id) == before  # nothing written: still open, still waiting
-    assert (await app.complete_waitpoint(timely_token, {"approved": True})).state == "queued"
+    assert (await app.answer_waitpoint(timely_token, {"approved": True})).state == "queued"
     # The sweep then does what the deadline says: on_timeout="fail" fails the job ...
     assert await store.expire_waitpoints(10) == [late.id]
     failed = await app.get(late.id)
     assert failed.state == "failed" and (failed.error or {})["code"] == "waitpoint_timeout"
     # ... and it stays failed: a later answer is refused as well.
     with pytest.raises(tenure.Conflict):
-        await app.complete_waitpoint(late_token, {"approved": True})
+        await app.answer_waitpoint(late_token, {"approved": True})
     assert (await app.get(late.id)).state == "failed"
 
 
@@ -162,7 +162,7 @@ async def test_a_retry_opens_a_waitpoint_closed_without_an_answer_again(
 ) -> None:
     job, token = await suspended(store, "again", timeout_ms=3_600_000)
     await app.cancel(job.id)  # closes the waitpoint with the job
-    await app.retry(job.id)
+    await app.admin.retry(job.id)
     (again,) = await store.claim("w", LEASES, 1)
     assert again.id == job.id and not again.waitpoints  # it never had an answer
     assert derive_token(await store.waitpoint_secret(), job.id, "approval") == token
@@ -179,7 +179,7 @@ async def test_a_retry_opens_a_waitpoint_closed_without_an_answer_again(
     )
     assert event["detail"]["reopened"] is True
     # The token the person was first given answers the wait that opened again.
-    answered = await app.complete_waitpoint(token, {"approved": True})
+    answered = await app.answer_waitpoint(token, {"approved": True})
     assert answered.state == "queued"
     assert answered.waitpoints is not None
     assert answered.waitpoints["approval"]["answer"] == {"approved": True}
@@ -197,6 +197,31 @@ async def test_a_retry_forgets_a_timeout_and_keeps_an_answer(
     assert resumed.waitpoints is not None and resumed.waitpoints["approval"]["timed_out"]
     failed = Finish(job.id, resumed.token, "failed", error={"code": "permanent"})
     assert (await store.finish_many("w", [failed]))[job.id]
-    await app.retry(job.id)
+    await app.admin.retry(job.id)
     (again,) = await store.claim("w", LEASES, 1)
     assert not again.waitpoints  # asked again, from the top
+
+
+async def test_the_cli_answers_through_the_same_door_once(
+    store: Store,
+    tenure_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`tenure jobs answer TOKEN ANSWER` is `App.answer_waitpoint`: it queues the job again
+    with the answer, and a second answer is refused (exit 1, one line) and writes nothing."""
+    from tenure._cli import main
+
+    job, token = await suspended(store, "by-cli", timeout_ms=3_600_000)
+    monkeypatch.setenv("TENURE_DSN", tenure_dsn)
+    answer = ["jobs", "answer", token, '{"approved": true}']
+    assert await asyncio.to_thread(main, answer) == 0
+    assert "queued" in capsys.readouterr().out
+    (row,) = rows(
+        tenure_dsn, "SELECT answer FROM tenure_waitpoints WHERE job_id = %(id)s", {"id": job.id}
+    )
+    assert row["answer"] == {"approved": True}
+    before = written(tenure_dsn, job.id)
+    assert await asyncio.to_thread(main, answer) == 1
+    assert "no open waitpoint has this token" in capsys.readouterr().err
+    assert written(tenure_dsn, job.id) == before

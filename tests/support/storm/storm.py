@@ -371,9 +371,9 @@ class Enqueuer(threading.Thread):
         while True:
             try:
                 if len(keys) == 1:
-                    app.enqueue_sync(TOOL, payloads[0], idempotency_key=keys[0])
+                    app.sync.enqueue(TOOL, payloads[0], idempotency_key=keys[0])
                 else:
-                    app._sync(app.enqueue_many(TOOL, payloads, idempotency_keys=keys))
+                    app.sync.enqueue_many(TOOL, payloads, idempotency_keys=keys)
             except (StoreError, OSError, TimeoutError):  # tenure's errors, never psycopg's
                 self.errors += 1
                 if time.monotonic() > give_up:

@@ -44,7 +44,7 @@ def test_a_running_lease_shrinks_live_and_the_reclaim_shows_after_a_kill(scene: 
 
     holder = workers.spawn("holder")
     holder.wait_started()
-    job = ops.enqueue_sync("watched", {"seconds": 60.0})
+    job = ops.sync.enqueue("watched", {"seconds": 60.0})
     first = running_on(journal, job.id, "holder", workers)
 
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -88,7 +88,7 @@ def test_cancel_works_with_the_access_token_and_is_refused_without_it(
     from playwright.sync_api import expect
 
     worker = workers.spawn("busy")
-    job = ops.enqueue_sync("watched", {"seconds": 60.0})
+    job = ops.sync.enqueue("watched", {"seconds": 60.0})
     running_on(journal, job.id, "busy", workers)
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
@@ -135,7 +135,7 @@ def test_a_rebound_name_reads_nothing_and_logout_ends_the_session(
     from playwright.sync_api import expect
 
     worker = workers.spawn("held")
-    job = ops.enqueue_sync("watched", {"seconds": 60.0})
+    job = ops.sync.enqueue("watched", {"seconds": 60.0})
     running_on(journal, job.id, "held", workers)
     context = browser.new_context()
     page = context.new_page()

@@ -38,9 +38,9 @@ def test_filter_page_find_by_key_and_bulk_cancel_with_csrf(
 ) -> None:
     from playwright.sync_api import expect
 
-    echoes = [ops.enqueue_sync("echo", {"text": f"e{i}"}).id for i in range(5)]
-    refusals = [ops.enqueue_sync("refuse", {"text": f"r{i}"}).id for i in range(2)]
-    keyed = ops.enqueue_sync(
+    echoes = [ops.sync.enqueue("echo", {"text": f"e{i}"}).id for i in range(5)]
+    refusals = [ops.sync.enqueue("refuse", {"text": f"r{i}"}).id for i in range(2)]
+    keyed = ops.sync.enqueue(
         "echo", {"text": "keyed"}, idempotency_key="order-1048", tenant="acme"
     ).id
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -108,7 +108,7 @@ def slow_call_on(
     the job's id and its row once that worker holds it."""
     worker = workers.spawn(name)
     worker.wait_started()
-    job = ops.enqueue_sync("slow", {"seconds": seconds, "only_on": name})
+    job = ops.sync.enqueue("slow", {"seconds": seconds, "only_on": name})
     row = wait_job(journal, job.id, lambda r: r["owner"] == name, f"never ran on {name}", workers)
     return worker, job.id, row
 
@@ -217,7 +217,7 @@ def test_progress_follows_the_call_live(
     from playwright.sync_api import expect
 
     workers.spawn("stepper")
-    job = ops.enqueue_sync("stepped", {"total": 40, "pause": 0.25})
+    job = ops.sync.enqueue("stepped", {"total": 40, "pause": 0.25})
     wait_job(journal, job.id, lambda r: r["progress"] is not None, "no progress", workers)
     page = browser.new_page()
     page.goto(f"{board['open']}/jobs/{job.id}")
@@ -241,7 +241,7 @@ def test_a_pipeline_run_is_drawn_as_its_graph(
 
     app = build_app(tenure_dsn)  # the pipeline tests' app: develop → QA → SecOps, with loops
     try:
-        run = app.start_run_sync("review", {})
+        run = app.sync.start_run("review", {})
     finally:
         app.close()
     page = browser.new_page(viewport={"width": 1400, "height": 1000})

@@ -117,7 +117,7 @@ def _runs(dsn: str) -> list[int]:
     app = App(dsn)
     try:
         ids = [
-            app.start_run_sync(
+            app.sync.start_run(
                 review,
                 {"task": f"PR-{n}", "seconds": 1.0, "tracker": "http://127.0.0.1:9"},
                 idempotency_key=f"layout:{n}",

@@ -42,13 +42,13 @@ def test_the_run_page_shows_steps_usage_and_the_tools_job(
     from playwright.sync_api import expect
 
     durable_workers.spawn("a", concurrency=4).wait_started()
-    run = producer.enqueue_sync(
+    run = producer.sync.enqueue(
         "agent:weather", {"prompt": f"Weather? {SECRET}"}, idempotency_key="r1"
     )
     journal = Journal(tenure_dsn)
     done = wait_job(journal, run.id, lambda j: j["state"] == "succeeded", "run", durable_workers)
     assert done["result"] == "It is sunny in Paris."
-    (child,) = [j for j in producer.list_jobs_sync(tool="lookup")]
+    (child,) = [j for j in producer.sync.admin.jobs(tool="lookup")]
 
     page = browser.new_page()
     try:

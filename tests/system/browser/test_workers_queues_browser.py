@@ -44,7 +44,7 @@ def test_workers_go_silent_under_sigkill_and_sigstop_and_come_back_after_sigcont
     doomed = workers.spawn("doomed", env=FAST)
     sleeper = workers.spawn("sleeper", env=FAST)
     workers.wait_started()
-    job = ops.enqueue_sync("watched", {"seconds": 60.0})
+    job = ops.sync.enqueue("watched", {"seconds": 60.0})
     holder = wait_job(journal, job.id, lambda r: r["owner"] is not None, "never ran", workers)
     held_by = str(holder["owner"])
     # The one holding the job is killed; the other is paused.
@@ -89,7 +89,7 @@ def test_queue_charts_appear_and_move_live_and_the_window_switches(
     expect(page.locator("#queues")).to_contain_text("no jobs in the last 1h")
 
     for i in range(4):
-        ops.enqueue_sync("echo", {"text": f"q{i}"})
+        ops.sync.enqueue("echo", {"text": f"q{i}"})
     card = page.locator('figure.queue[data-tool="echo"]')
     # No worker yet: the poll brings the queue in (figures are reused for up to 5 s).
     expect(card.locator(".queued-now")).to_have_text("4", timeout=15_000)

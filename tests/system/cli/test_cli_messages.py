@@ -36,7 +36,7 @@ def test_a_payload_that_does_not_fit_shows_every_problem(tenure_dsn: str, tmp_pa
     ]
     app = App(tenure_dsn)
     try:
-        assert app.list_jobs_sync() == []  # nothing was queued
+        assert app.sync.admin.jobs() == []  # nothing was queued
     finally:
         app.close()
 

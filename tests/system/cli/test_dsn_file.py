@@ -48,8 +48,8 @@ def test_a_worker_given_a_dsn_file_has_no_dsn_in_its_environment(
             [sys.executable, *command], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
         )
         try:
-            job = producer.enqueue_sync("environ_holds", {"marker": marker})
-            seen = producer.wait_sync(job.id, timeout=30)
+            job = producer.sync.enqueue("environ_holds", {"marker": marker})
+            seen = producer.sync.wait(job.id, timeout=30)
         finally:
             worker.terminate()
             worker.wait(20)

@@ -135,8 +135,8 @@ def test_tool_code_never_sees_database_credentials(tenure_dsn: str, tmp_path: Pa
         )
     app = _app(tenure_dsn)
     try:
-        job = app.enqueue_sync("inspect_environment", {})
-        seen = app.wait_sync(job.id, timeout=30)
+        job = app.sync.enqueue("inspect_environment", {})
+        seen = app.sync.wait(job.id, timeout=30)
     finally:
         worker.terminate()
         worker.wait(20)

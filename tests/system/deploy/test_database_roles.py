@@ -141,7 +141,7 @@ def test_each_part_runs_under_its_role_and_the_dashboard_only_reads(
     ):
         worker = workers.spawn("a")
         worker.wait_started()
-        job = producer.enqueue_sync("wait_briefly", {"notes": str(notes), "timeout": 600})
+        job = producer.sync.enqueue("wait_briefly", {"notes": str(notes), "timeout": 600})
         wait_until(lambda: job.id in asked(notes), timeout=30, message=workers.logs())
         token = asked(notes)[job.id]  # derived by the worker, under its role
         wait_job(journal, job.id, lambda j: j["state"] == "waiting", "never waited", workers)
@@ -161,12 +161,12 @@ def test_each_part_runs_under_its_role_and_the_dashboard_only_reads(
         finally:
             server.stop()
         with pytest.raises(PermissionDenied) as refused:  # typed, at the store
-            reader.cancel_sync(job.id)
+            reader.sync.cancel(job.id)
         assert isinstance(refused.value, tenure.StoreError) and refused.value.verdict == "fail"
         assert journal.job(job.id) == before  # nothing the reader did changed the job
 
-        assert producer.complete_waitpoint_sync(token, "yes").state == "queued"
-        assert producer.wait_sync(job.id, timeout=30) == "answered yes"
+        assert producer.sync.answer_waitpoint(token, "yes").state == "queued"
+        assert producer.sync.wait(job.id, timeout=30) == "answered yes"
         assert "level=error" not in worker.log() and "Traceback" not in worker.log()
 
 
@@ -284,7 +284,7 @@ async def test_an_open_waitpoint_stays_answerable_across_the_upgrade(
             await store.close()
         with WorkerGroup(dsn, tmp_path, app=APP) as workers:
             workers.spawn("new").wait_started()
-            assert (await producer.complete_waitpoint(token, "yes")).state == "queued"
+            assert (await producer.answer_waitpoint(token, "yes")).state == "queued"
             assert await producer.wait(job_id, timeout=30) == "answered yes"
     finally:
         await producer.aclose()

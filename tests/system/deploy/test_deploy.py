@@ -321,13 +321,13 @@ def test_every_metric_the_rules_and_the_dashboard_read_is_exposed(
         contextlib.contextmanager(closing_app)(build_app(tenure_dsn)) as ops,
         WorkerGroup(tenure_dsn, tmp_path, app=APP) as workers,
     ):
-        orphaned = ops.enqueue_sync("slow", {"seconds": 0.1})
+        orphaned = ops.sync.enqueue("slow", {"seconds": 0.1})
         asyncio.run(_orphan_and_strand(tenure_dsn))
         _, url = spawn_with_metrics(workers, "deploy", concurrency=4)
         finished = [
             orphaned,
             *(
-                ops.enqueue_sync(tool, payload)
+                ops.sync.enqueue(tool, payload)
                 for tool, payload in [
                     ("echo", {"text": "hello"}),
                     ("refuse", {"text": "no"}),  # fails for good
@@ -337,21 +337,21 @@ def test_every_metric_the_rules_and_the_dashboard_read_is_exposed(
                 ]
             ),
         ]
-        waiting = ops.enqueue_sync("approve", {"timeout": 3600.0})
-        held = ops.enqueue_sync("slow", {"seconds": 300.0})  # running at the scrape
+        waiting = ops.sync.enqueue("approve", {"timeout": 3600.0})
+        held = ops.sync.enqueue("slow", {"seconds": 300.0})  # running at the scrape
 
         def settled() -> bool:
-            states = [ops.get_sync(job.id).state for job in finished]
+            states = [ops.sync.get(job.id).state for job in finished]
             return (
                 all(state in ("succeeded", "failed") for state in states)
-                and ops.get_sync(waiting.id).state == "waiting"
-                and ops.get_sync(held.id).state == "running"
+                and ops.sync.get(waiting.id).state == "waiting"
+                and ops.sync.get(held.id).state == "running"
             )
 
         wait_until(settled, timeout=60, interval=0.1, message=f"never settled\n{workers.logs()}")
-        taken_over = ops.get_sync(orphaned.id)
+        taken_over = ops.sync.get(orphaned.id)
         assert (taken_over.state, taken_over.attempt) == ("succeeded", 2)
-        assert ops.get_sync(finished[2].id).state == "failed"
+        assert ops.sync.get(finished[2].id).state == "failed"
         worker_text = exposition(url)
         exposed = sample_names(worker_text) | sample_names(exposition(receiver.url + "/metrics"))
         counted = scrape(url)

@@ -89,7 +89,7 @@ def only_fresh_ids_for_openai(framework: str, ids: str) -> None:
 
 
 def start(producer: tenure.App, prompt: str, key: str = "ticket-7") -> tenure.Job:
-    return producer.enqueue_sync("agent:desk", {"prompt": prompt}, idempotency_key=key)
+    return producer.sync.enqueue("agent:desk", {"prompt": prompt}, idempotency_key=key)
 
 
 def finish(journal: Journal, job: tenure.Job, workers: WorkerGroup) -> dict[str, object]:

@@ -21,7 +21,7 @@ def test_a_paused_owners_step_is_refused_after_a_takeover(
     notes, release = tmp_path / "notes.txt", tmp_path / "release"
     first = workers.spawn("a")
     first.wait_started()
-    job = ops.enqueue_sync("held_step", {"notes": str(notes), "release": str(release)})
+    job = ops.sync.enqueue("held_step", {"notes": str(notes), "release": str(release)})
     wait_until(lambda: notes_of(str(notes), "entered"), timeout=20, message="no step began")
     first.pause()  # SIGSTOP inside the step's function: heartbeats stop too
     workers.spawn("b").wait_started()

@@ -53,8 +53,8 @@ def test_waits_outlive_a_killed_worker_and_a_restarted_database_and_resume_once(
         with WorkerGroup(dsn, tmp_path, app=APP) as workers:
             first = workers.spawn("a", concurrency=1)  # one slot: the waits must not hold it
             first.wait_started()
-            nap = ops.enqueue_sync("napper", {"notes": notes, "seconds": 6})
-            parent = ops.enqueue_sync("parent", {"notes": notes, "release": release})
+            nap = ops.sync.enqueue("napper", {"notes": notes, "seconds": 6})
+            parent = ops.sync.enqueue("parent", {"notes": notes, "release": release})
             wait_until(lambda: notes_of(notes, "child"), timeout=30, message="no child ran")
             for job in (nap, parent):
                 wait_job(journal, job.id, lambda j: j["state"] == "waiting", "no wait", workers)

@@ -75,7 +75,7 @@ def test_an_owner_in_doubt_sends_nothing_after_its_conservative_deadline(
         w1 = spawn_w1(workers, tenure_dsn, pg.port)
         receiver = receivers.start()
         w1.wait_started()
-        job = ops.enqueue_sync(
+        job = ops.sync.enqueue(
             "keep_sending",
             {"workdir": str(tmp_path), "receivers": {"*": receiver.url}, "period": 0.05},
         )
@@ -154,7 +154,7 @@ def test_a_blackholed_owner_stops_its_tool_by_its_conservative_deadline(
     with pg_proxy(tenure_dsn) as pg:
         w1 = spawn_w1(workers, tenure_dsn, pg.port)
         w1.wait_started()
-        job = ops.enqueue_sync(tool, {"workdir": str(tmp_path)})
+        job = ops.sync.enqueue(tool, {"workdir": str(tmp_path)})
         w1.wait_event("job_claimed", job=job.id)
         wait_notes(tmp_path, "w1", 1)
         beats = confirmed_beats(w1, job.id)

@@ -145,7 +145,7 @@ def unpleasant(
         wire = stack.enter_context(FaultProxy("127.0.0.1", receiver.port))
         wire.set_mode(WIRE_MODE[variant])
         w1.wait_started()
-        job = stage.ops.enqueue_sync(
+        job = stage.ops.sync.enqueue(
             "create_case",
             {
                 "workdir": str(stage.workdir),

@@ -59,16 +59,16 @@ def test_a_typed_result_comes_back_pushed_from_another_process(
             {"report": Report(title="x", pages=3), "first": {"number": 1, "words": 250}},
         )
         assert await ops.wait(other.id, timeout=30) == {"pages": 3, "first": 250}
-        assert (await ops._waiting()).pushed  # the listener's probe came back
+        assert (await ops._connection.waiters()).pushed  # the listener's probe came back
 
-    ops._sync(scenario())
+    ops._connection.run(scenario())
 
 
 def test_a_payload_of_the_wrong_type_is_refused_and_nothing_is_written(
     ops: App, tenure_dsn: str
 ) -> None:
     with pytest.raises(tenure.PayloadError) as refused:
-        ops.enqueue_sync("build_report", {"title": 7, "pages": "3", "style": "huge", "x": 1})
+        ops.sync.enqueue("build_report", {"title": 7, "pages": "3", "style": "huge", "x": 1})
     assert sorted(refused.value.problems) == [
         "pages: Input should be a valid integer (got '3')",
         "style: Input should be 'short' or 'long' (got 'huge')",
@@ -79,7 +79,7 @@ def test_a_payload_of_the_wrong_type_is_refused_and_nothing_is_written(
 
 
 def test_the_tools_schema_is_the_contract_enqueue_checks(ops: App) -> None:
-    schema = ops.tool_schema("build_report")
+    schema = ops.registry.tool_schema("build_report")
     assert schema["name"] == "build_report"
     assert schema["description"] == "Build a report of ``pages`` pages."
     parameters = schema["parameters"]
@@ -87,7 +87,7 @@ def test_the_tools_schema_is_the_contract_enqueue_checks(ops: App) -> None:
     assert parameters["properties"]["pages"]["type"] == "integer"
     assert parameters["properties"]["style"]["enum"] == ["short", "long"]
     assert parameters["additionalProperties"] is False
-    assert [s["name"] for s in ops.tool_schemas()][:2] == ["build_report", "count_words"]
+    assert [s["name"] for s in ops.registry.tool_schemas()][:2] == ["build_report", "count_words"]
 
 
 @pytest.mark.parametrize("tool", ["long_async", "long_thread"])
@@ -96,10 +96,10 @@ def test_a_cancel_stops_the_running_tool_at_once_not_at_its_heartbeat(
 ) -> None:
     marker = tmp_path / "marker.txt"
     workers.spawn("a").wait_started()
-    job = ops.enqueue_sync(tool, {"seconds": 120, "marker": str(marker)})
+    job = ops.sync.enqueue(tool, {"seconds": 120, "marker": str(marker)})
     wait_until(lambda: marker.exists(), timeout=20, message="the tool never started")
     cancelled_at = time.monotonic()
-    assert ops.cancel_sync(job.id).state == "cancelled"
+    assert ops.sync.cancel(job.id).state == "cancelled"
     # The next heartbeat would be 30 s after the claim: only the cancel's notification
     # can stop the tool within the deadline below.
     wait_until(
@@ -110,10 +110,10 @@ def test_a_cancel_stops_the_running_tool_at_once_not_at_its_heartbeat(
     stopped_at = float(marker.read_text().split("stopped ")[1].split()[0])
     assert stopped_at - cancelled_at < 15
     with pytest.raises(tenure.JobCancelled) as waited:
-        ops.wait_sync(job.id, timeout=5)
+        ops.sync.wait(job.id, timeout=5)
     assert waited.value.job is not None and waited.value.job.state == "cancelled"
     with pytest.raises(tenure.JobAlreadyEnded):
-        ops.cancel_sync(job.id)
+        ops.sync.cancel(job.id)
     workers["a"].wait_event("call_abandoned", job=job.id, reason="cancelled")
     assert "finished" not in marker.read_text()
 
@@ -127,7 +127,7 @@ def test_progress_is_pushed_to_a_watcher_and_coalesced(
         job = await ops.enqueue("steps", {"total": 200, "pause": 0.005})
         return [seen async for seen in ops.watch(job.id, timeout=60)]
 
-    seen = ops._sync(scenario())
+    seen = ops._connection.run(scenario())
     final = seen[-1]
     assert final.state == "succeeded" and final.result == 200
     assert final.progress is not None
@@ -168,7 +168,7 @@ def test_failures_and_many_jobs_come_back_with_their_facts(workers: WorkerGroup,
         assert (failed.value.code, failed.value.attempts) == ("permanent", 1)
         assert failed.value.job.id == refused.id
 
-    ops._sync(scenario())
+    ops._connection.run(scenario())
 
 
 def test_a_stale_owners_progress_is_refused(tenure_dsn: str) -> None:
@@ -218,7 +218,7 @@ async def test_a_waiter_hears_of_a_commit_from_a_worker_in_another_process(
         waits = [asyncio.create_task(app.wait(j.id, timeout=40)) for j in jobs]
         results = await asyncio.gather(*waits)
         assert [r["pages"] for r in results] == list(range(6))
-        waiters = await app._waiting()
+        waiters = await app._connection.waiters()
         await wait_until_async(lambda: not waiters._by_job, timeout=5)
     finally:
         await app.aclose()

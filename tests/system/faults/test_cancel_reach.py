@@ -46,7 +46,7 @@ def cancel_ops(tenure_dsn: str) -> Iterator[App]:
 def start_calls(ops: App, path: Path, count: int) -> list[Job]:
     """``count`` calls alternating the threaded and the async tool, each seen making an
     effect (so each is running under its worker)."""
-    jobs = [ops.enqueue_sync(TOOLS[n % 2], {"path": str(path)}) for n in range(count)]
+    jobs = [ops.sync.enqueue(TOOLS[n % 2], {"path": str(path)}) for n in range(count)]
     wait_until(
         lambda: all(effects_after(str(path), job.id, 0) for job in jobs),
         timeout=30,
@@ -61,7 +61,7 @@ def cancel_in_background(
     """``cancel(until="stopped")`` on another thread: when it returned (monotonic)."""
 
     def cancel() -> float:
-        ops.cancel_sync(job.id, until="stopped", timeout=REACH)
+        ops.sync.cancel(job.id, until="stopped", timeout=REACH)
         return time.monotonic()
 
     return pool.submit(cancel)
@@ -84,7 +84,7 @@ def cancel_while_cut_off(
     worker.proxy.set_mode("reset")  # every connection: the pool, the heartbeat's, LISTEN
     cut()
     for job in plain:
-        assert ops.cancel_sync(job.id).state == "cancelled"
+        assert ops.sync.cancel(job.id).state == "cancelled"
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         returns = {job.id: cancel_in_background(pool, ops, job) for job in waited}
         wait_until(
@@ -111,7 +111,7 @@ def cancel_while_cut_off(
     wait_until(lambda: all(journal.events(job.id, "call_stopped") for job in plain))
     quiet_from = time.monotonic()
     for job in waited:  # whatever the test does next takes a while: they stay quiet
-        assert ops.get_sync(job.id).state == "cancelled"
+        assert ops.sync.get(job.id).state == "cancelled"
     assert all(effects_after(str(path), job.id, quiet_from) == [] for job in plain)
 
 
@@ -156,11 +156,11 @@ def test_a_stopped_cancel_returns_once_the_tool_returned_and_no_effect_follows(
         worker.wait_started()
         calls = start_calls(cancel_ops, path, 2)
         # A thread that ignores the cancel for 2 s, then writes once more, unchecked.
-        stubborn = cancel_ops.enqueue_sync("stubborn_effects", {"path": str(path), "seconds": 2.0})
+        stubborn = cancel_ops.sync.enqueue("stubborn_effects", {"path": str(path), "seconds": 2.0})
         wait_until(lambda: effects_after(str(path), stubborn.id, 0), timeout=30)
         for job in [*calls, stubborn]:
             asked = time.monotonic()
-            assert cancel_ops.cancel_sync(job.id, until="stopped").state == "cancelled"
+            assert cancel_ops.sync.cancel(job.id, until="stopped").state == "cancelled"
             returned = time.monotonic()
             assert effects_after(str(path), job.id, returned) == [], job.id
             (stopped,) = journal.events(job.id, "call_stopped")
@@ -170,9 +170,9 @@ def test_a_stopped_cancel_returns_once_the_tool_returned_and_no_effect_follows(
                 assert last < returned
         assert worker.alive
         # Nothing more lands once the calls are over (the next call shows time has passed).
-        after = cancel_ops.enqueue_sync("effects", {"path": str(path)})
+        after = cancel_ops.sync.enqueue("effects", {"path": str(path)})
         wait_until(lambda: effects_after(str(path), after.id, 0), timeout=30)
-        cancel_ops.cancel_sync(after.id, until="stopped")
+        cancel_ops.sync.cancel(after.id, until="stopped")
         assert all(effects_after(str(path), job.id, returned) == [] for job in calls)
 
 
@@ -190,7 +190,7 @@ def test_a_stopped_cancel_of_a_silent_owner_waits_for_its_lease_or_its_timeout(
         job = start_calls(cancel_ops, path, 1)[0]
         worker.pause()
         with pytest.raises(WaitTimeout, match="has not been seen to stop"):
-            cancel_ops.cancel_sync(job.id, until="stopped", timeout=0.5)
+            cancel_ops.sync.cancel(job.id, until="stopped", timeout=0.5)
         assert journal.job(job.id)["state"] == "cancelled"
         worker.resume()
 
@@ -207,11 +207,11 @@ def test_a_stopped_cancel_of_a_silent_owner_returns_once_its_lease_ran_out(
     ):
         worker = workers.spawn("a")
         worker.wait_started()
-        job = ops.enqueue_sync("sleepy", {"seconds": 60})
+        job = ops.sync.enqueue("sleepy", {"seconds": 60})
         wait_until(lambda: journal.job(job.id)["state"] == "running", timeout=30)
         worker.pause()
         held = journal.job(job.id)["lease_until"]  # an extension still in flight: later
-        assert ops.cancel_sync(job.id, until="stopped", timeout=60).state == "cancelled"
+        assert ops.sync.cancel(job.id, until="stopped", timeout=60).state == "cancelled"
         assert db_now(tenure_dsn) >= held
         assert journal.events(job.id, "call_stopped") == []
         worker.resume()

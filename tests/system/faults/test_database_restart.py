@@ -52,11 +52,11 @@ def test_after_an_outage_a_worker_keeps_the_leases_it_is_granted(
     with WorkerGroup(dsn, tmp_path) as workers:
         worker = workers.spawn("a", concurrency=QUICK_JOBS + 1)
         worker.wait_started()
-        held = producer.enqueue_sync("sleepy", {"seconds": 30})
+        held = producer.sync.enqueue("sleepy", {"seconds": 30})
         wait_until(lambda: journal.job(held.id)["state"] == "running", timeout=20)
         # Due while the server is away: the worker's claims then wait for a connection.
         quick = [
-            producer.enqueue_sync("sleepy", {"seconds": 0.05}, delay=1.0).id
+            producer.sync.enqueue("sleepy", {"seconds": 0.05}, delay=1.0).id
             for _ in range(QUICK_JOBS)
         ]
         producer.close()

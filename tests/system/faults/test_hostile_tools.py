@@ -43,14 +43,14 @@ def test_an_exit_inside_a_tool_fails_that_call_and_the_worker_lives_on(
         ("interrupts", "KeyboardInterrupt"),
         ("exits_in_thread", "SystemExit"),
     ]:
-        job = ops.enqueue_sync(tool)
+        job = ops.sync.enqueue(tool)
         row = ended(journal, job.id, workers)
         assert row["state"] == "failed", row
         assert row["error"]["code"] == "error", row["error"]  # type: ignore[index]
         assert raised in row["error"]["message"], row["error"]  # type: ignore[index]
         assert worker.alive, worker.log()
     # The same process still takes and finishes work, then stops when told.
-    after = ops.enqueue_sync("quick", {"seconds": 0.01})
+    after = ops.sync.enqueue("quick", {"seconds": 0.01})
     row = ended(journal, after.id, workers)
     assert (row["state"], row["owner"]) == ("succeeded", "a")
     worker.terminate()
@@ -77,7 +77,7 @@ def test_an_outcome_postgres_cannot_store_ends_the_job_with_a_clean_error(
     message: str,
 ) -> None:
     worker = workers.spawn("a")
-    job = ops.enqueue_sync(tool, payload)
+    job = ops.sync.enqueue(tool, payload)
     row = ended(journal, job.id, workers)
     assert row["state"] == "failed", row
     assert row["error"]["code"] == code, row["error"]  # type: ignore[index]
@@ -97,7 +97,9 @@ def test_a_commit_that_crosses_its_own_heartbeat_is_not_a_lost_lease(
     before the commit lands matches zero rows. That lease was used, not lost."""
     durations = [0.095, 0.1, 0.105, 0.195, 0.2, 0.205]
     workers.spawn("a", concurrency=60).wait_started()
-    ops._sync(ops.enqueue_many("quick", [{"seconds": durations[n % 6]} for n in range(360)]))
+    ops._connection.run(
+        ops.enqueue_many("quick", [{"seconds": durations[n % 6]} for n in range(360)])
+    )
     wait_until(
         lambda: (
             journal._rows("SELECT count(*) AS n FROM tenure_jobs WHERE state <> 'succeeded'", {})[
@@ -122,9 +124,9 @@ def test_a_stopped_threads_late_result_is_journaled_without_its_content(
     workers: WorkerGroup, ops: App, journal: Journal
 ) -> None:
     workers.spawn("a").wait_started()
-    job = ops.enqueue_sync("stubborn", {"seconds": 1.0})
+    job = ops.sync.enqueue("stubborn", {"seconds": 1.0})
     running = wait_job(journal, job.id, lambda j: j["state"] == "running", "never ran", workers)
-    ops.cancel_sync(job.id)
+    ops.sync.cancel(job.id)
     wait_until(
         lambda: journal.events(job.id, "result_discarded"),
         timeout=20,

@@ -126,7 +126,7 @@ def test_sigkilled_owner_is_replaced_after_its_lease_and_the_call_completes_once
 ) -> None:
     out = tmp_path / "record.txt"
     start_all(workers.spawn("a"), workers.spawn("b"))
-    job = ops.enqueue_sync("record", {"seconds": 0.5, "path": str(out)})
+    job = ops.sync.enqueue("record", {"seconds": 0.5, "path": str(out)})
 
     first = wait_running(journal, job.id, workers)
     victim = workers[first["owner"]]
@@ -162,7 +162,7 @@ def test_an_idle_worker_reclaims_a_dead_owners_job_when_its_lease_ends_not_at_it
     out = tmp_path / "record.txt"
     start_all(workers.spawn("a"))
     # Long on a (it must still hold the call when it is killed, however slowly b starts).
-    job = ops.enqueue_sync("record", {"seconds": 30.0, "path": str(out), "only_on": "a"})
+    job = ops.sync.enqueue("record", {"seconds": 30.0, "path": str(out), "only_on": "a"})
     first = wait_running(journal, job.id, workers)
     assert first["owner"] == "a"
     start_all(workers.spawn("b", poll_interval=60.0))
@@ -182,8 +182,8 @@ def test_sigstopped_owner_past_its_lease_cannot_commit_or_act_after_sigcont(
     stale.wait_started()
     # record guards its side effect with ensure_owned(); sleepy has no guard at all,
     # so only the fenced commit stands between the stale owner and the job's result.
-    guarded = ops.enqueue_sync("record", {"seconds": 1.0, "path": str(out)})
-    unguarded = ops.enqueue_sync("sleepy", {"seconds": 1.0, "marker": str(marker)})
+    guarded = ops.sync.enqueue("record", {"seconds": 1.0, "path": str(out)})
+    unguarded = ops.sync.enqueue("sleepy", {"seconds": 1.0, "marker": str(marker)})
     firsts = {j.id: wait_running(journal, j.id, workers) for j in (guarded, unguarded)}
     wait_mark(marker, "started")
     assert {r["owner"] for r in firsts.values()} == {"stale"}
@@ -247,7 +247,7 @@ def test_tool_blocking_the_event_loop_loses_its_lease_and_its_late_commit_is_rej
     # Attempt 1 blocks its worker's event loop for twice the lease. Attempt 2 (on the
     # other worker, from one lease on at the earliest) is still running when attempt 1
     # unblocks and commits, so only the token/owner fence can refuse that commit.
-    job = ops.enqueue_sync(
+    job = ops.sync.enqueue(
         "block_loop",
         {"seconds": 2 * LEASE, "marker": str(marker), "other_seconds": LEASE + 1.0},
     )
@@ -307,7 +307,7 @@ def test_owner_whose_lease_expired_cannot_commit_even_if_nobody_took_over(
     commit would be accepted whenever it lands first (most runs), and this fails.
     """
     alone = workers.spawn("alone")
-    job = ops.enqueue_sync("block_loop", {"seconds": 2 * LEASE})
+    job = ops.sync.enqueue("block_loop", {"seconds": 2 * LEASE})
     first = wait_running(journal, job.id, workers)
     assert first["owner"] == "alone"
 
@@ -334,8 +334,8 @@ def test_call_past_its_time_limit_is_stopped_although_its_heartbeats_succeed(
     thread_marker = tmp_path / "thread.txt"
     worker = workers.spawn("a", concurrency=2)
     jobs = {
-        "async": ops.enqueue_sync("long_limit", {"marker": str(async_marker)}),
-        "thread": ops.enqueue_sync("long_limit_thread", {"marker": str(thread_marker)}),
+        "async": ops.sync.enqueue("long_limit", {"marker": str(async_marker)}),
+        "thread": ops.sync.enqueue("long_limit_thread", {"marker": str(thread_marker)}),
     }
     for kind, job in jobs.items():
         row = wait_done(journal, job.id, workers)
@@ -372,9 +372,9 @@ def test_retries_back_off_until_max_attempts_and_a_permanent_error_fails_at_once
     refuse = tmp_path / "refuse.txt"
     workers.spawn("a", concurrency=3)
     jobs = {
-        "exhaust": ops.enqueue_sync("fail_n", {"n": 10, "marker": str(exhaust)}),
-        "recover": ops.enqueue_sync("fail_n", {"n": 2, "marker": str(recover)}),
-        "refuse": ops.enqueue_sync("permanent", {"marker": str(refuse)}),
+        "exhaust": ops.sync.enqueue("fail_n", {"n": 10, "marker": str(exhaust)}),
+        "recover": ops.sync.enqueue("fail_n", {"n": 2, "marker": str(recover)}),
+        "refuse": ops.sync.enqueue("permanent", {"marker": str(refuse)}),
     }
     rows = {k: wait_done(journal, j.id, workers) for k, j in jobs.items()}
     max_attempts = jobs["exhaust"].max_attempts
@@ -429,8 +429,8 @@ def test_cancel_stops_a_running_call_within_a_heartbeat_and_the_job_stays_cancel
     thread_marker = tmp_path / "thread.txt"
     worker = workers.spawn("a", concurrency=2)
     jobs = {
-        "async": ops.enqueue_sync("sleepy", {"seconds": 60, "marker": str(async_marker)}),
-        "thread": ops.enqueue_sync("sleepy_thread", {"seconds": 60, "marker": str(thread_marker)}),
+        "async": ops.sync.enqueue("sleepy", {"seconds": 60, "marker": str(async_marker)}),
+        "thread": ops.sync.enqueue("sleepy_thread", {"seconds": 60, "marker": str(thread_marker)}),
     }
     wait_mark(async_marker, "started")
     wait_mark(thread_marker, "started")
@@ -439,7 +439,7 @@ def test_cancel_stops_a_running_call_within_a_heartbeat_and_the_job_stays_cancel
     canceller = App(journal.dsn)
     try:
         for job in jobs.values():
-            assert canceller.cancel_sync(job.id).state == "cancelled"
+            assert canceller.sync.cancel(job.id).state == "cancelled"
     finally:
         canceller.close()
     cancelled_at = time.monotonic()
@@ -462,7 +462,7 @@ def test_cancel_stops_a_running_call_within_a_heartbeat_and_the_job_stays_cancel
         assert journal.protocol_kinds(job.id) == ["job_claimed", "cancelled"], kind
     assert "finished" not in [m[0] for m in lines(async_marker) + lines(thread_marker)]
     # The worker stays healthy and takes the next call.
-    after = ops.enqueue_sync("sleepy", {"seconds": 0})
+    after = ops.sync.enqueue("sleepy", {"seconds": 0})
     assert wait_done(journal, after.id, workers)["state"] == "succeeded"
     for job in jobs.values():
         assert journal.job(job.id)["state"] == "cancelled"
@@ -476,12 +476,12 @@ def test_stopped_threaded_tool_leaves_no_error_message_in_the_worker_log(
     marker = tmp_path / "thread.txt"
     private = "patient-4711@example.org"
     worker = workers.spawn("a", grace=0.3)
-    job = ops.enqueue_sync(
+    job = ops.sync.enqueue(
         "sleepy_thread",
         {"seconds": 60, "marker": str(marker), "stop_message": f"stopped while serving {private}"},
     )
     wait_mark(marker, "started")
-    ops.cancel_sync(job.id)
+    ops.sync.cancel(job.id)
     wait_mark(marker, "observed_cancel")
     worker.wait_event("call_abandoned", job=job.id, reason="cancelled")
     worker.terminate()
@@ -498,7 +498,7 @@ def test_sigterm_releases_a_running_call_without_burning_an_attempt(
 ) -> None:
     marker = tmp_path / "sleepy.txt"
     leaving = workers.spawn("leaving", grace=0.3)
-    job = ops.enqueue_sync("sleepy", {"seconds": 60, "marker": str(marker), "only_on": "leaving"})
+    job = ops.sync.enqueue("sleepy", {"seconds": 60, "marker": str(marker), "only_on": "leaving"})
     first = wait_running(journal, job.id, workers)
     assert first["owner"] == "leaving"
     wait_mark(marker, "started")
@@ -548,7 +548,7 @@ def _partitioned_owner(
     """A worker reaching PostgreSQL only through ``proxy`` holds a long call, then the
     proxy blackholes: a partition that swallows every byte, with no RST and no FIN."""
     cut_off = workers.spawn("cut-off", dsn=rewrite_dsn(journal.dsn, proxy.host, proxy.port))
-    job = ops.enqueue_sync("sleepy", {"seconds": 60, "marker": str(marker), "only_on": "cut-off"})
+    job = ops.sync.enqueue("sleepy", {"seconds": 60, "marker": str(marker), "only_on": "cut-off"})
     first = wait_running(journal, job.id, workers)
     assert first["owner"] == "cut-off"
     wait_mark(marker, "started")
@@ -613,7 +613,7 @@ def test_owner_killed_on_its_last_attempt_is_failed_by_the_rescuer_not_left_runn
 ) -> None:
     marker = tmp_path / "long.txt"
     start_all(workers.spawn("a"), workers.spawn("b"))
-    job = ops.enqueue_sync("long_limit", {"marker": str(marker)})  # max_attempts=1
+    job = ops.sync.enqueue("long_limit", {"marker": str(marker)})  # max_attempts=1
     first = wait_running(journal, job.id, workers)
     wait_mark(marker, "started")
     victim = workers[first["owner"]]
@@ -660,12 +660,12 @@ def test_worker_starts_a_claimed_call_at_once_even_after_letting_go_of_a_stuck_t
     stuck_marker = tmp_path / "stuck.txt"
     next_marker = tmp_path / "next.txt"
     worker = workers.spawn("a")  # concurrency 1
-    stuck = ops.enqueue_sync("stubborn", {"seconds": 6, "marker": str(stuck_marker)})
+    stuck = ops.sync.enqueue("stubborn", {"seconds": 6, "marker": str(stuck_marker)})
     wait_mark(stuck_marker, "started")
-    ops.cancel_sync(stuck.id)  # the call is let go; its thread cannot be stopped
+    ops.sync.cancel(stuck.id)  # the call is let go; its thread cannot be stopped
     worker.wait_event("call_abandoned", job=stuck.id, reason="cancelled")
 
-    following = ops.enqueue_sync("sleepy_thread", {"seconds": 0.1, "marker": str(next_marker)})
+    following = ops.sync.enqueue("sleepy_thread", {"seconds": 0.1, "marker": str(next_marker)})
     # Fine either way: not claimed while no thread is free, or claimed and started at once.
     wait_running(journal, following.id, workers)
     wait_mark(next_marker, "started", timeout=1.5)
@@ -676,7 +676,7 @@ def test_sigterm_exits_after_the_grace_even_if_a_threaded_tool_ignores_cancellat
 ) -> None:
     marker = tmp_path / "stuck.txt"
     worker = workers.spawn("a", grace=0.3)
-    job = ops.enqueue_sync("stubborn", {"seconds": 8, "marker": str(marker)})
+    job = ops.sync.enqueue("stubborn", {"seconds": 8, "marker": str(marker)})
     wait_mark(marker, "started")
     worker.terminate()
     # The hard stop did its part: the call was handed back without burning an attempt.
@@ -744,6 +744,6 @@ def test_worker_whose_claim_answer_was_lost_recovers_once_the_network_heals(
         proxy.set_mode("pass")
         # Healed. The worker polls every 0.2 s; a claim that got no answer must not keep
         # it from ever claiming again.
-        job = ops.enqueue_sync("sleepy", {"seconds": 0})
+        job = ops.sync.enqueue("sleepy", {"seconds": 0})
         row = wait_done(journal, job.id, workers, timeout=8)
         assert row["state"] == "succeeded" and row["owner"] == "lossy", row

@@ -47,7 +47,7 @@ async def test_a_read_that_a_restart_breaks_is_read_again_and_the_wait_answers(
         other = App(server.dsn)  # the canceller, on its own connection to the server
         try:
             job = await app.enqueue("effects", {"path": "/dev/null"})
-            waiters = await app._waiting()
+            waiters = await app._connection.waiters()
             await wait_until_async(lambda: waiters.pushed, timeout=20, message="no listener")
             waiting = asyncio.create_task(app.wait(job.id, timeout=120))
             await wait_until_async(lambda: job.id in waiters._by_job, message="never waited")

@@ -56,11 +56,11 @@ def test_a_waiting_call_holds_no_slot_and_a_timeout_resumes_or_fails_it(
     notes = tmp_path / "notes.txt"
     worker = workers.spawn("a", concurrency=1)  # one slot: a waiting call must not hold it
     worker.wait_started()
-    resumed = ops.enqueue_sync("wait_briefly", {"notes": str(notes)})
-    failed = ops.enqueue_sync("wait_briefly", {"notes": str(notes), "on_timeout": "fail"})
-    assert ops.wait_sync(resumed.id, timeout=30) == "timed out"
+    resumed = ops.sync.enqueue("wait_briefly", {"notes": str(notes)})
+    failed = ops.sync.enqueue("wait_briefly", {"notes": str(notes), "on_timeout": "fail"})
+    assert ops.sync.wait(resumed.id, timeout=30) == "timed out"
     with pytest.raises(tenure.JobFailed) as waited:
-        ops.wait_sync(failed.id, timeout=30)
+        ops.sync.wait(failed.id, timeout=30)
     assert waited.value.code == "waitpoint_timeout"
     assert waited.value.attempts == 1  # suspending did not use up an attempt
     kinds = journal.kinds(resumed.id)
@@ -76,7 +76,7 @@ def test_an_answer_is_accepted_once_and_a_cancel_closes_the_waitpoint(
     notes = tmp_path / "notes.txt"
     workers.spawn("a").wait_started()
     jobs = [
-        ops.enqueue_sync(
+        ops.sync.enqueue(
             "capture_when_approved",
             {
                 "payment_id": f"p{n}",
@@ -92,18 +92,18 @@ def test_an_answer_is_accepted_once_and_a_cancel_closes_the_waitpoint(
     for job in jobs:
         row = wait_job(journal, job.id, lambda j: j["state"] == "waiting", "never waited")
         assert row["lease_until"] is None
-    refused = ops.complete_waitpoint_sync(tokens[jobs[0].id], {"approved": False})
+    refused = ops.sync.answer_waitpoint(tokens[jobs[0].id], {"approved": False})
     assert refused.state == "queued"
     with pytest.raises(tenure.Conflict):  # a second answer writes nothing
-        ops.complete_waitpoint_sync(tokens[jobs[0].id], {"approved": True})
+        ops.sync.answer_waitpoint(tokens[jobs[0].id], {"approved": True})
     with pytest.raises(tenure.JobFailed, match="permanent"):
-        ops.wait_sync(jobs[0].id, timeout=30)
+        ops.sync.wait(jobs[0].id, timeout=30)
     assert journal.job(jobs[0].id)["waitpoints"]["approval"]["answer"] == {"approved": False}
-    ops.cancel_sync(jobs[1].id)
+    ops.sync.cancel(jobs[1].id)
     with pytest.raises(tenure.Conflict):  # its waitpoint closed with the job
-        ops.complete_waitpoint_sync(tokens[jobs[1].id], {"approved": True})
+        ops.sync.answer_waitpoint(tokens[jobs[1].id], {"approved": True})
     with pytest.raises(tenure.Conflict):
-        ops.complete_waitpoint_sync("wp_not-a-token", {"approved": True})
+        ops.sync.answer_waitpoint("wp_not-a-token", {"approved": True})
     assert journal.kinds(jobs[1].id).count("waitpoint_answered") == 0
 
 
@@ -113,7 +113,7 @@ async def test_a_watcher_is_told_when_a_call_suspends(
     """``App.watch`` sees a job go to ``waiting`` because the suspension notifies, not
     because it reads again later: its App reads unprompted only once an hour."""
     app = build_app(tenure_dsn)
-    app.poll_interval = 3600.0
+    app._connection.poll_interval = 3600.0
     try:
         workers.spawn("a")
         arguments = {
@@ -161,7 +161,7 @@ def test_a_call_waits_out_a_killed_worker_and_a_restarted_database_then_pays_onc
         with WorkerGroup(dsn, tmp_path, app=APP) as workers:
             first = workers.spawn("a")
             first.wait_started()
-            job = ops.enqueue_sync(
+            job = ops.sync.enqueue(
                 "capture_when_approved",
                 {
                     "payment_id": "pay-7",
@@ -180,10 +180,10 @@ def test_a_call_waits_out_a_killed_worker_and_a_restarted_database_then_pays_onc
             private_server.restart("immediate")
             assert journal.job(job.id)["state"] == "waiting"  # survived the crash restart
 
-            resumed = ops.complete_waitpoint_sync(token, {"approved": True, "by": "alice"})
+            resumed = ops.sync.answer_waitpoint(token, {"approved": True, "by": "alice"})
             assert resumed.state == "queued"
             with pytest.raises(tenure.Conflict):  # a duplicate answer
-                ops.complete_waitpoint_sync(token, {"approved": False, "by": "mallory"})
+                ops.sync.answer_waitpoint(token, {"approved": False, "by": "mallory"})
 
             workers.spawn("b").wait_started()
             done = wait_job(
@@ -196,7 +196,7 @@ def test_a_call_waits_out_a_killed_worker_and_a_restarted_database_then_pays_onc
             assert done["state"] == "succeeded", done
             assert done["result"]["by"] == "alice" and done["result"]["worker"] == "b"
             with pytest.raises(tenure.Conflict):  # a late answer, once it resumed
-                ops.complete_waitpoint_sync(token, {"approved": True})
+                ops.sync.answer_waitpoint(token, {"approved": True})
         # The side effect happened once, under the resuming owner's token.
         key = f"tool-job:{job.id}:capture"
         assert count_rows(receivers.dsn, "example_payments", key) == 1
@@ -222,7 +222,7 @@ def test_a_webhook_answers_through_the_dashboard_once(
     dashboard that asks every person for its access token."""
     notes = tmp_path / "notes.txt"
     workers.spawn("a").wait_started()
-    job = ops.enqueue_sync("wait_briefly", {"notes": str(notes), "timeout": 600})
+    job = ops.sync.enqueue("wait_briefly", {"notes": str(notes), "timeout": 600})
     wait_until(lambda: asked(notes), timeout=20, message="never asked")
     ((_, _, _, token),) = asked(notes)
     board = create_dashboard(tenure_dsn, access_token="dashboard-test-token-0123456789")
@@ -243,7 +243,7 @@ def test_a_webhook_answers_through_the_dashboard_once(
             assert client.post("/waitpoints/wp_guess", json=1).status_code == 409
     finally:
         server.stop()
-    assert ops.wait_sync(job.id, timeout=30) == "answered {'carrier': 'delivered'}"
+    assert ops.sync.wait(job.id, timeout=30) == "answered {'carrier': 'delivered'}"
     assert journal.kinds(job.id).count("waitpoint_answered") == 1
 
 
@@ -267,10 +267,10 @@ def test_answers_past_the_deadline_are_refused_while_workers_run(
     for name in ("a", "b"):
         workers.spawn(name, concurrency=4).wait_started()
     late = [
-        ops.enqueue_sync("wait_briefly", {"notes": str(notes), "on_timeout": "fail"})
+        ops.sync.enqueue("wait_briefly", {"notes": str(notes), "on_timeout": "fail"})
         for _ in range(8)
     ]
-    timely = ops.enqueue_sync("wait_briefly", {"notes": str(notes), "timeout": 600})
+    timely = ops.sync.enqueue("wait_briefly", {"notes": str(notes), "timeout": 600})
     wait_until(lambda: len(asked(notes)) == 9, timeout=30, message="not all asked")
     tokens = {int(job): token for _, job, _, token in asked(notes)}
     refused = 0
@@ -279,16 +279,16 @@ def test_answers_past_the_deadline_are_refused_while_workers_run(
             functools.partial(deadline_passed, tenure_dsn, job.id), timeout=30, interval=0.005
         )
         with pytest.raises(tenure.Conflict):
-            ops.complete_waitpoint_sync(tokens[job.id], {"approved": True})
+            ops.sync.answer_waitpoint(tokens[job.id], {"approved": True})
         refused += 1
     assert refused == len(late)
-    assert ops.complete_waitpoint_sync(tokens[timely.id], "yes").state == "queued"
+    assert ops.sync.answer_waitpoint(tokens[timely.id], "yes").state == "queued"
     for job in late:
         with pytest.raises(tenure.JobFailed) as failed:
-            ops.wait_sync(job.id, timeout=30)
+            ops.sync.wait(job.id, timeout=30)
         assert failed.value.code == "waitpoint_timeout"
         assert "waitpoint_answered" not in journal.kinds(job.id)
-    assert ops.wait_sync(timely.id, timeout=30) == "answered yes"
+    assert ops.sync.wait(timely.id, timeout=30) == "answered yes"
 
 
 @pytest.mark.slow
@@ -304,10 +304,10 @@ def test_an_answer_past_a_deadline_the_database_was_down_for_is_refused(
     try:
         with WorkerGroup(dsn, tmp_path, app=APP) as workers:
             workers.spawn("a").wait_started()
-            short = ops.enqueue_sync(
+            short = ops.sync.enqueue(
                 "wait_briefly", {"notes": str(notes), "on_timeout": "fail", "timeout": 3}
             )
-            long = ops.enqueue_sync("wait_briefly", {"notes": str(notes), "timeout": 600})
+            long = ops.sync.enqueue("wait_briefly", {"notes": str(notes), "timeout": 600})
             wait_until(lambda: len(asked(notes)) == 2, timeout=30, message="not both asked")
             tokens = {int(job): token for _, job, _, token in asked(notes)}
             with psycopg.connect(dsn) as conn:
@@ -322,12 +322,12 @@ def test_an_answer_past_a_deadline_the_database_was_down_for_is_refused(
             wait_until(lambda: time.time() > row[0] + 0.2, timeout=30, interval=0.05)
             private_server.start()
             with pytest.raises(tenure.Conflict):
-                ops.complete_waitpoint_sync(tokens[short.id], {"approved": True})
-            assert ops.complete_waitpoint_sync(tokens[long.id], "yes").state == "queued"
+                ops.sync.answer_waitpoint(tokens[short.id], {"approved": True})
+            assert ops.sync.answer_waitpoint(tokens[long.id], "yes").state == "queued"
             with pytest.raises(tenure.JobFailed) as failed:
-                ops.wait_sync(short.id, timeout=60)
+                ops.sync.wait(short.id, timeout=60)
             assert failed.value.code == "waitpoint_timeout"
-            assert ops.wait_sync(long.id, timeout=60) == "answered yes"
+            assert ops.sync.wait(long.id, timeout=60) == "answered yes"
     finally:
         ops.close()
 
@@ -336,22 +336,22 @@ def test_a_retried_call_asks_its_closed_waitpoint_again(
     workers: WorkerGroup, ops: App, journal: Journal, tmp_path: Path
 ) -> None:
     """A job that timed out at its waitpoint (``on_timeout="fail"``), or was cancelled while
-    it waited, is retried the public way (`App.retry`: the CLI, the dashboard and bulk
+    it waited, is retried the public way (`App.admin.retry`: the CLI, the dashboard and bulk
     actions use it): the call asks for the same waitpoint again, which opens again under the
     same token, with a fresh deadline, promptly and without holding the worker's one slot.
     No commit is retried, refused or uncertain on the way."""
     notes = tmp_path / "notes.txt"
     worker = workers.spawn("a", concurrency=1)
     worker.wait_started()
-    timed_out = ops.enqueue_sync("wait_briefly", {"notes": str(notes), "on_timeout": "fail"})
+    timed_out = ops.sync.enqueue("wait_briefly", {"notes": str(notes), "on_timeout": "fail"})
     with pytest.raises(tenure.JobFailed, match="waitpoint_timeout"):
-        ops.wait_sync(timed_out.id, timeout=30)
-    cancelled = ops.enqueue_sync("wait_briefly", {"notes": str(notes), "timeout": 600})
+        ops.sync.wait(timed_out.id, timeout=30)
+    cancelled = ops.sync.enqueue("wait_briefly", {"notes": str(notes), "timeout": 600})
     wait_job(journal, cancelled.id, lambda j: j["state"] == "waiting", "never waited", workers)
-    ops.cancel_sync(cancelled.id)
+    ops.sync.cancel(cancelled.id)
 
-    ops.retry_sync(timed_out.id)
-    ops.retry_sync(cancelled.id)
+    ops.sync.admin.retry(timed_out.id)
+    ops.sync.admin.retry(cancelled.id)
     for job in (timed_out, cancelled):
         wait_job(
             journal,
@@ -364,15 +364,15 @@ def test_a_retried_call_asks_its_closed_waitpoint_again(
         assert again[1]["detail"]["reopened"] is True and again[1]["attempt"] == 2
     # Timed out again, it fails again, the same clear way.
     with pytest.raises(tenure.JobFailed, match="waitpoint_timeout"):
-        ops.wait_sync(timed_out.id, timeout=30)
+        ops.sync.wait(timed_out.id, timeout=30)
     # The token handed out before the cancel answers the wait that opened again.
     tokens = [token for _, job, _, token in asked(notes) if int(job) == cancelled.id]
     assert len(tokens) == 2 and tokens[0] == tokens[1]
-    assert ops.complete_waitpoint_sync(tokens[0], "late but welcome").state == "queued"
-    assert ops.wait_sync(cancelled.id, timeout=30) == "answered late but welcome"
+    assert ops.sync.answer_waitpoint(tokens[0], "late but welcome").state == "queued"
+    assert ops.sync.wait(cancelled.id, timeout=30) == "answered late but welcome"
     # Neither waiting call held the one slot: another call ran meanwhile, to its end.
-    other = ops.enqueue_sync("wait_briefly", {"notes": str(notes)})
-    assert ops.wait_sync(other.id, timeout=30) == "timed out"
+    other = ops.sync.enqueue("wait_briefly", {"notes": str(notes)})
+    assert ops.sync.wait(other.id, timeout=30) == "timed out"
     for kind in ("commit_uncertain", "commit_retried", "commit_refused", "result_rejected"):
         assert not worker.has_event(kind), worker.log()
     assert "level=error" not in worker.log() and "Traceback" not in worker.log()

@@ -217,10 +217,10 @@ def test_two_per_user_across_three_worker_processes(
     app = build_app(tenure_dsn)
     try:
         for _ in range(10):
-            app.enqueue_sync("hold", {"seconds": 0.25, "user": 1})
+            app.sync.enqueue("hold", {"seconds": 0.25, "user": 1})
         for _ in range(4):
-            app.enqueue_sync("hold", {"seconds": 0.25, "user": 2})
-            app.enqueue_sync("hold", {"seconds": 0.25})
+            app.sync.enqueue("hold", {"seconds": 0.25, "user": 2})
+            app.sync.enqueue("hold", {"seconds": 0.25})
     finally:
         app.close()
     with Sampler(tenure_dsn) as sampler:

@@ -58,8 +58,8 @@ class Clock:
         store = Store(shifted(self.dsn, (at - db_now(self.dsn)).total_seconds()), max_size=2)
         await store.open()
         self.stores.append(store)
-        schedules = list(self.app.schedules.values())
-        return Scheduler(store, schedules, self.app._schedule_job)
+        schedules = list(self.app.registry.schedules.values())
+        return Scheduler(store, schedules, self.app.registry.schedule_job)
 
     async def close(self) -> None:
         for store in self.stores:

@@ -65,7 +65,7 @@ def test_every_worker_line_starts_with_a_utc_timestamp(
         ) as proc,
     ):
         try:
-            job = ops.enqueue_sync("echo", {"text": "x"})
+            job = ops.sync.enqueue("echo", {"text": "x"})
             wait_until(
                 lambda: "succeeded" in log_path.read_text(), timeout=30, message=" ".join(command)
             )
@@ -156,7 +156,7 @@ def receiver() -> Iterator[tuple[str, list[str]]]:
 
 
 def _send(ops: App, journal: Journal, workers: WorkerGroup, url: str) -> dict[str, Any]:
-    job = ops.enqueue_sync("send", {"url": url, "text": "x"})
+    job = ops.sync.enqueue("send", {"url": url, "text": "x"})
     row = wait_done(journal, job.id, workers)
     assert row["state"] == "succeeded", (row, workers.logs())
     return row

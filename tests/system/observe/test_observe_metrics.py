@@ -42,16 +42,16 @@ def test_scripted_scenario_gives_the_expected_counters(
     scrape(dashboard + "/metrics")  # the dashboard counts the journal from here on
     victim = workers.spawn("victim")
     victim.wait_started()
-    held = ops.enqueue_sync("slow", {"seconds": 60.0, "only_on": "victim"})
+    held = ops.sync.enqueue("slow", {"seconds": 60.0, "only_on": "victim"})
     wait_job(journal, held.id, lambda r: r["owner"] == "victim", "never ran on victim", workers)
     worker, url = spawn_with_metrics(
         workers, "counted", concurrency=4, env={"TENURE_JOURNAL_HEARTBEATS": "1"}
     )
-    jobs = [ops.enqueue_sync("echo", {"text": f"hello {i}"}) for i in range(3)]
+    jobs = [ops.sync.enqueue("echo", {"text": f"hello {i}"}) for i in range(3)]
     jobs += [
-        ops.enqueue_sync("refuse", {"text": "no"}),
-        ops.enqueue_sync("flaky", {"text": "again"}),
-        ops.enqueue_sync("slow", {"seconds": 1.0}),  # long enough for a few heartbeats
+        ops.sync.enqueue("refuse", {"text": "no"}),
+        ops.sync.enqueue("flaky", {"text": "again"}),
+        ops.sync.enqueue("slow", {"seconds": 1.0}),  # long enough for a few heartbeats
     ]
     rows = [wait_done(journal, job.id, workers) for job in jobs]
     assert [r["state"] for r in rows] == ["succeeded"] * 3 + ["failed", "succeeded", "succeeded"]

@@ -77,11 +77,11 @@ def test_waiting_jobs_show_their_oldest_wait_and_their_soonest_deadline(
     ):
         _, url = spawn_with_metrics(workers, "waiter", concurrency=2)
         jobs = [
-            ops.enqueue_sync("wait_briefly", {"notes": notes, "timeout": timeout})
+            ops.sync.enqueue("wait_briefly", {"notes": notes, "timeout": timeout})
             for timeout in (3600.0, 600.0)
         ]
         wait_until(
-            lambda: all(ops.get_sync(job.id).state == "waiting" for job in jobs),
+            lambda: all(ops.sync.get(job.id).state == "waiting" for job in jobs),
             timeout=30,
             interval=0.05,
             message="the calls never reached their waitpoints",

@@ -43,15 +43,15 @@ def test_canaries_stay_in_the_jobs_table(
     _, metrics_url = spawn_with_metrics(workers, "first", concurrency=4, **debug)
     # Attempt 1 of block_loop stalls its worker's loop past the lease; the other worker
     # takes the job over, and the first one's late result is rejected by the fenced commit.
-    blocked = ops.enqueue_sync("block_loop", {"seconds": 2 * LEASE, "text": f"{canary}-rejected"})
+    blocked = ops.sync.enqueue("block_loop", {"seconds": 2 * LEASE, "text": f"{canary}-rejected"})
     wait_events(journal, blocked.id, "job_claimed")
     workers.spawn("second", env={"TENURE_LOG_LEVEL": "DEBUG"})
     jobs = [
         blocked,
-        ops.enqueue_sync("echo", {"text": f"{canary}-ok"}),
-        ops.enqueue_sync("refuse", {"text": f"{canary}-failed"}),
-        ops.enqueue_sync("flaky", {"text": f"{canary}-retried"}),
-        ops.enqueue_sync("slow", {"seconds": 1.0, "text": f"{canary}-beats"}),
+        ops.sync.enqueue("echo", {"text": f"{canary}-ok"}),
+        ops.sync.enqueue("refuse", {"text": f"{canary}-failed"}),
+        ops.sync.enqueue("flaky", {"text": f"{canary}-retried"}),
+        ops.sync.enqueue("slow", {"seconds": 1.0, "text": f"{canary}-beats"}),
     ]
     rows = [wait_done(journal, job.id, workers) for job in jobs]
     assert [r["state"] for r in rows] == ["succeeded", "succeeded", "failed"] + ["succeeded"] * 2

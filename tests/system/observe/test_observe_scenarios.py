@@ -47,7 +47,7 @@ def test_sigkill_journals_the_expired_lease_under_its_token_then_the_reclaim(
     doomed = workers.spawn("doomed")
     doomed.wait_started()
     payload = {"seconds": 30.0, "text": "report for customer 1048", "only_on": "doomed"}
-    job = ops.enqueue_sync("slow", payload)
+    job = ops.sync.enqueue("slow", payload)
     first = running(journal, job.id, workers)
     doomed.kill()
     heir = workers.spawn("heir")
@@ -95,7 +95,7 @@ def test_sigstopped_owner_journals_its_lost_lease_and_any_late_commit_is_rejecte
     # watcher and its event loop race: either the call is stopped (heartbeat_lost,
     # deadline_passed) or its result reaches the fenced commit, which the newer owner's
     # token refuses (result_rejected). Both must be journaled under the stale token.
-    job = ops.enqueue_sync("slow", {"seconds": 0.5, "only_on": "stale"})
+    job = ops.sync.enqueue("slow", {"seconds": 0.5, "only_on": "stale"})
     first = running(journal, job.id, workers)
     stale.pause()
     workers.spawn("fresh")
@@ -135,7 +135,7 @@ def test_a_late_commit_from_a_stalled_owner_is_journaled_as_rejected(
     stalled.wait_started()
     # Attempt 1 blocks its worker's event loop past the lease: the tool returns after the
     # takeover, and nothing can stop its result before the fenced commit refuses it.
-    job = ops.enqueue_sync("block_loop", {"seconds": 2 * LEASE})
+    job = ops.sync.enqueue("block_loop", {"seconds": 2 * LEASE})
     first = running(journal, job.id, workers)
     workers.spawn("healthy")
     row = wait_done(journal, job.id, workers)
@@ -155,19 +155,19 @@ def test_cancel_retry_and_failures_are_journaled_with_codes_and_durations(
     before = db_now(tenure_dsn)  # every attempt below was claimed after this
     first_worker = workers.spawn("first")
     first_worker.wait_started()
-    job = ops.enqueue_sync("slow", {"seconds": 30.0, "only_on": "first"})
+    job = ops.sync.enqueue("slow", {"seconds": 30.0, "only_on": "first"})
     first = running(journal, job.id, workers)
-    assert ops.cancel_sync(job.id).state == "cancelled"
+    assert ops.sync.cancel(job.id).state == "cancelled"
     first_worker.wait_event("cancel_observed", job=job.id)
     (stopped,) = wait_events(journal, job.id, "call_stopped", workers=workers)
     assert who(stopped) == (first["token"], 1, "first") and stopped["code"] == "cancelled"
     first_worker.terminate()
     first_worker.wait()
 
-    ops.retry_sync(job.id)
+    ops.sync.admin.retry(job.id)
     workers.spawn("second")
-    flaky = ops.enqueue_sync("flaky", {"text": "once more"})
-    refused = ops.enqueue_sync("refuse", {"text": "no"})
+    flaky = ops.sync.enqueue("flaky", {"text": "once more"})
+    refused = ops.sync.enqueue("refuse", {"text": "no"})
     row = wait_done(journal, job.id, workers)
     assert (row["state"], row["attempt"], row["owner"]) == ("succeeded", 2, "second")
 
@@ -227,9 +227,9 @@ def test_fenced_requests_and_stale_fences_are_journaled_next_to_the_job(
     receiver = Receiver(tenure_dsn)
     try:
         workers.spawn("sender")
-        warm_up = ops.enqueue_sync("echo", {"text": "first token"})  # so a lower token exists
+        warm_up = ops.sync.enqueue("echo", {"text": "first token"})  # so a lower token exists
         assert wait_done(journal, warm_up.id, workers)["state"] == "succeeded"
-        job = ops.enqueue_sync("send", {"url": receiver.url + "/notify", "text": "hello"})
+        job = ops.sync.enqueue("send", {"url": receiver.url + "/notify", "text": "hello"})
         row = wait_done(journal, job.id, workers)
         assert row["state"] == "succeeded" and row["result"] == {"status": 201}, row
 
@@ -276,7 +276,7 @@ def test_ownership_unknown_is_journaled_once_the_database_answers_and_back_dated
 ) -> None:
     with pg_proxy(journal.dsn) as proxy:
         cut_off = workers.spawn("cut-off", dsn=rewrite_dsn(journal.dsn, proxy.host, proxy.port))
-        job = ops.enqueue_sync("slow", {"seconds": 60.0, "only_on": "cut-off"})
+        job = ops.sync.enqueue("slow", {"seconds": 60.0, "only_on": "cut-off"})
         first = running(journal, job.id, workers)
         beat_after = first["heartbeat_at"]
         wait_job(journal, job.id, lambda r: r["heartbeat_at"] > beat_after, "no beat", workers)

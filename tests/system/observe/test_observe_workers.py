@@ -31,7 +31,7 @@ OBSERVE_TOOLS = ["echo", "flaky", "refuse", "watched"]
 
 
 def row_of(app: App, name: str) -> WorkerInfo | None:
-    return next((w for w in app.list_workers_sync() if w["name"] == name), None)
+    return next((w for w in app.sync.admin.workers() if w["name"] == name), None)
 
 
 def wait_row(
@@ -88,7 +88,7 @@ def test_the_lease_extension_keeps_a_busy_worker_alive_and_counts_its_leases(
     worker = workers.spawn("busy", env=SLOW)
     worker.wait_started()
     first = wait_row(ops, "busy", lambda w: w["status"] == "alive", "never registered")
-    job = ops.enqueue_sync("watched", {"seconds": 30.0})
+    job = ops.sync.enqueue("watched", {"seconds": 30.0})
     held = wait_row(ops, "busy", lambda w: w["leases_held"] == 1, "never held the lease")
     assert held["leases_expired"] == 0
     wait_row(
@@ -97,7 +97,7 @@ def test_the_lease_extension_keeps_a_busy_worker_alive_and_counts_its_leases(
         lambda w: (w["last_seen_at"] - first["last_seen_at"]).total_seconds() >= 2.5,
         "the extensions did not keep the row alive",
     )
-    ops.cancel_sync(job.id)
+    ops.sync.cancel(job.id)
     wait_row(ops, "busy", lambda w: w["leases_held"] == 0, "the cancelled lease still counts")
 
 
@@ -106,7 +106,7 @@ async def test_a_killed_worker_goes_silent_with_what_it_held_and_is_pruned(
 ) -> None:
     victim = workers.spawn("victim", env=FAST)
     victim.wait_started()
-    job = ops.enqueue_sync("watched", {"seconds": 60.0})
+    job = ops.sync.enqueue("watched", {"seconds": 60.0})
     await wait_until_async(
         lambda: _owned_by(store, job.id, "victim"), timeout=15, message="the job never ran"
     )
@@ -133,7 +133,7 @@ async def test_a_killed_worker_goes_silent_with_what_it_held_and_is_pruned(
 
     async def pruned() -> bool:
         await pruner.run_once()
-        return "victim" not in [w["name"] for w in await ops.list_workers()]
+        return "victim" not in [w["name"] for w in await ops.admin.workers()]
 
     await wait_until_async(pruned, timeout=20, interval=0.2, message="victim never pruned")
     assert (await _row(ops, "survivor"))["status"] == "alive"  # seen every 0.2 s: kept
@@ -153,7 +153,7 @@ async def _expired(app: App, name: str) -> bool:
 
 
 async def _row(app: App, name: str) -> WorkerInfo:
-    return next(w for w in await app.list_workers() if w["name"] == name)
+    return next(w for w in await app.admin.workers() if w["name"] == name)
 
 
 async def _status(app: App, name: str, status: str) -> bool:

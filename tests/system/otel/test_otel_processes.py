@@ -28,7 +28,7 @@ def test_one_trace_from_the_producer_through_the_worker_to_the_receiver(
     workers = stage.workers
     with tracing.tracer.start_as_current_span("producer.request"):
         payload = {"receiver": receiver, "title": PAYLOAD_MARK}
-        job = stage.producer.enqueue_sync("file_case", payload)
+        job = stage.producer.sync.enqueue("file_case", payload)
     workers.spawn_traced("w1")
     row = stage.wait_state(job.id, "succeeded")
     wait_spans(workers, "tenure.commit", "the commit", **{"tenure.job.id": job.id})
@@ -90,7 +90,7 @@ def test_a_failed_call_is_an_error_with_its_code_and_without_its_message(
     tracing: Traced, stage: Stage
 ) -> None:
     workers = stage.workers
-    job = stage.producer.enqueue_sync("refuse", {"note": PAYLOAD_MARK})
+    job = stage.producer.sync.enqueue("refuse", {"note": PAYLOAD_MARK})
     workers.spawn_traced("w1")
     row = stage.wait_state(job.id, "failed")
     assert ERROR_MARK in row["error"]["message"]
@@ -111,7 +111,7 @@ def test_a_job_reclaimed_after_a_sigkill_shows_both_attempts_in_one_trace(
 ) -> None:
     workers = stage.workers
     with tracing.tracer.start_as_current_span("producer.request"):
-        job = stage.producer.enqueue_sync("hold", {"note": PAYLOAD_MARK})
+        job = stage.producer.sync.enqueue("hold", {"note": PAYLOAD_MARK})
     first = workers.spawn_traced("w1")
     wait_spans(workers, "tenure.claim", "the first claim", **{"tenure.job.attempt": 1})
     first.kill()
@@ -143,7 +143,7 @@ def test_a_stopped_owner_reports_its_lost_lease_in_the_same_trace(
     """SIGSTOP past the lease: another worker takes the job over; woken, the first one
     finds its lease gone, and its heartbeat_lost span sits under its own call."""
     workers = stage.workers
-    job = stage.producer.enqueue_sync("hold", {"note": PAYLOAD_MARK})
+    job = stage.producer.sync.enqueue("hold", {"note": PAYLOAD_MARK})
     first = workers.spawn_traced("w1")
     wait_spans(workers, "tenure.claim", "the first claim", **{"tenure.worker": "w1"})
     first.pause()

@@ -45,7 +45,7 @@ def test_300_runs_of_5_stages_survive_8_kills_of_every_worker(
     rng = random.Random(seed)
     env = {"PIPELINE_TEST_DSN": tenure_dsn}
     runs = [
-        ops.start_run_sync("chain", {"pause": PAUSE}, idempotency_key=f"chaos:{i}").id
+        ops.sync.start_run("chain", {"pause": PAUSE}, idempotency_key=f"chaos:{i}").id
         for i in range(RUNS)
     ]
     generation = [0]
@@ -111,7 +111,7 @@ def test_300_runs_of_5_stages_survive_8_kills_of_every_worker(
         " ON s.job_id = c.job_id AND s.kind = 'succeeded'"
         " WHERE c.kind = 'job_claimed' AND c.id > s.id"
     )
-    summary = ops.summary_sync()
+    summary = ops.sync.admin.summary()
     assert (late_attempts, late_claims, summary["duplicate_commits"]) == (0, 0, 0), context
     attempts = tables.value("SELECT count(*) FROM pipeline_attempts")
     print(

@@ -90,7 +90,7 @@ def test_sigkill_at_a_point_of_a_stage_then_restart(
     tenure_dsn: str,
 ) -> None:
     env = worker_env(tenure_dsn, crash_dir)
-    run = ops.start_run_sync(
+    run = ops.sync.start_run(
         "review", {"rejects": {"qa": 1}, "pause": 0.05}, idempotency_key=f"pr:{point}:{stage}"
     )
     (crash_dir / f"{point}-{run.id}-{stage}").touch()
@@ -103,7 +103,7 @@ def test_sigkill_at_a_point_of_a_stage_then_restart(
     check_what_the_crash_left(tables, run.id, point, stage)
 
     stage_workers.spawn("second", concurrency=2, env=env)
-    done = ops.wait_run_sync(run.id, timeout=30)
+    done = ops.sync.wait_run(run.id, timeout=30)
     assert [(s.name, s.round, s.state, s.decision) for s in done.stages] == EXPECTED
 
     # Each stage execution applied its effect exactly once ...
@@ -125,4 +125,4 @@ def test_sigkill_at_a_point_of_a_stage_then_restart(
     assert {(a["stage"], a["round"]): a["n"] for a in attempts} == {
         (name, round_): 2 if (name, round_) in twice else 1 for name, round_, _, _ in EXPECTED
     }
-    assert ops.summary_sync()["duplicate_commits"] == 0
+    assert ops.sync.admin.summary()["duplicate_commits"] == 0

@@ -136,11 +136,11 @@ async def test_producers_and_workers_run_through_pgbouncer_in_transaction_mode(
         jobs += [await app.enqueue("keyed", {"n": i}) for i in range(4)]
         for job in jobs:
             await app.wait(job.id, timeout=60)
-        everyone = await app.list_jobs(limit=100)
+        everyone = await app.admin.jobs(limit=100)
         assert len(everyone) == 26 and {j.state for j in everyone} == {"succeeded"}
         for job in jobs[:2]:
             done = await app.get(job.id)
-            kinds = [e["kind"] for e in await app.events(job.id)]
+            kinds = [e["kind"] for e in await app.admin.events(job.id)]
             assert kinds == ["job_claimed", "succeeded"], kinds
             assert done.heartbeat_at is not None and done.finished_at is not None
             assert done.heartbeat_at > done.created_at

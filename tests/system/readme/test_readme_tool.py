@@ -75,7 +75,7 @@ def test_the_fenced_tool_example_shares_one_client_across_calls(
         worker.wait_started()
         try:
             jobs = [
-                producer.enqueue_sync("open_case", {"customer_id": f"c-{n}"}) for n in range(CALLS)
+                producer.sync.enqueue("open_case", {"customer_id": f"c-{n}"}) for n in range(CALLS)
             ]
             for job in jobs:
                 row = wait_job(journal, job.id, lambda r: r["state"] in ENDED, "", workers)

@@ -29,7 +29,7 @@ BOUND = LEASE + POLL + 1.0  # the storms' recovery bound: lease + sweep + 1 s
 
 def succeed(app: App, job_id: int, timeout: float) -> None:
     wait_for(
-        lambda: app.get_sync(job_id).state == "succeeded",
+        lambda: app.sync.get(job_id).state == "succeeded",
         timeout,
         f"job {job_id} did not succeed within {timeout:g} s",
         interval=0.05,
@@ -57,8 +57,8 @@ def test_a_call_finished_after_the_heal_is_committed_within_the_recovery_bound(
         supervisor.wait_started()
         proxy = handle.proxy
         assert proxy is not None
-        cut = app.enqueue_sync("gated", {"gate": str(gate)})
-        wait_for(lambda: app.get_sync(cut.id).state == "running", 20.0, "never ran")
+        cut = app.sync.enqueue("gated", {"gate": str(gate)})
+        wait_for(lambda: app.sync.get(cut.id).state == "running", 20.0, "never ran")
         proxy.set_mode("blackhole")
         cut_at = time.monotonic()
         gate.touch()  # the call ends now, inside the partition: its commit goes into the void
@@ -73,7 +73,7 @@ def test_a_call_finished_after_the_heal_is_committed_within_the_recovery_bound(
         proxy.set_mode("pass")
         healed = time.monotonic()
         assert dropped > 0  # the fault fired
-        after = app.enqueue_sync("sleepy", {"seconds": 0.05})
+        after = app.sync.enqueue("sleepy", {"seconds": 0.05})
         succeed(app, after.id, 60.0)
         took = time.monotonic() - healed
         succeed(app, cut.id, 60.0)  # the cut call itself is not lost either

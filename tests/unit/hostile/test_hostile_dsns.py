@@ -208,7 +208,7 @@ def test_a_sound_dsn_with_an_awkward_password_passes_and_connects_to_nothing(
     dsn = case.text(listener.port)
     for way, call in _entry_points(dsn, tmp_path, monkeypatch):
         made = call()
-        assert made == dsn if way == "check_dsn" else made._dsn == dsn, way
+        assert made == dsn if way == "check_dsn" else made.configured_dsn == dsn, way
         if way != "check_dsn":
             made.close()
     assert listener.connections == 0

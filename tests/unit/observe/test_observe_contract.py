@@ -137,7 +137,7 @@ def test_payload_hmac_is_keyed_and_the_key_must_be_long(monkeypatch: pytest.Monk
     assert journal_key(None) == b"from-the-environment"
     monkeypatch.delenv("TENURE_JOURNAL_KEY")
     assert journal_key(None) is None
-    assert App("dbname=x", journal_key="y" * 16)._journal_key == b"y" * 16  # accepted
+    assert App("dbname=x", journal_key="y" * 16).registry._journal_key == b"y" * 16  # accepted
 
 
 def test_journal_rows_from_events_take_code_duration_and_observation_time() -> None:

@@ -40,10 +40,10 @@ async def test_the_tools_are_listed_with_the_schemas_their_signatures_give(app: 
         listed = {tool.name: tool for tool in (await client.list_tools()).tools}
     assert set(listed) == set(app.tools)
     for name, tool in listed.items():
-        schema = app.tool_schema(name)
+        schema = app.registry.tool_schema(name)
         assert tool.description == schema["description"]
         assert tool.input_schema == schema["parameters"]
-        assert tool.output_schema == app.output_schema(name)
+        assert tool.output_schema == app.registry.output_schema(name)
         assert tool.execution is None  # no task support is claimed
     # A docstring's Args: section: the parameters' descriptions, out of the description.
     case = listed["open_case"]

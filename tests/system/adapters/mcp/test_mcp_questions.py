@@ -86,7 +86,7 @@ async def test_a_question_for_a_person_is_never_put_to_the_caller(
 
             tg.start_soon(call)
             await wait_until_async(lambda: states(tenure_dsn, "approve") == ["waiting"], 30)
-            await app.complete_waitpoint(text(marker).strip(), "yes, Ann")
+            await app.answer_waitpoint(text(marker).strip(), "yes, Ann")
     assert text_of(results[0]) == "40: yes, Ann"
     assert asked.questions == []
     assert len(jobs(tenure_dsn, "approve")) == 1

@@ -121,7 +121,7 @@ async def test_a_task_call_answers_at_once_and_tasks_result_gives_the_tools_resu
         assert created.status == "working"
         job_id, _, mac = created.task_id.partition(".")
         assert len(mac) == 32, created.task_id
-        assert created.ttl == round(app.retain * 1000)
+        assert created.ttl == round(app.registry.retain * 1000)
         assert created.poll_interval == 1000
         result = await task_result(client, created.task_id)
         done = await task_get(client, created.task_id)
@@ -226,12 +226,14 @@ async def test_a_task_waiting_for_a_person_is_working_and_says_for_whom_never_as
         waiting = await task_get(client, task.task_id)
         [row] = jobs(tenure_dsn, "approve")
         with pytest.raises(Conflict, match="for whoever holds its token"):
-            await app.answer_waitpoint(row["id"], "approval", "yes", tenant=row["tenant"])
+            await app.answer_waitpoint(
+                answer="yes", job_id=row["id"], name="approval", tenant=row["tenant"]
+            )
         monkeypatch.setenv("TENURE_DSN", tenure_dsn)
         assert await anyio.to_thread.run_sync(main, ["jobs", "show", str(row["id"])]) == 0
         assert "its token's holder" in capsys.readouterr().out
         token = text(marker).strip()
-        await app.complete_waitpoint(token, "approved by Ann")
+        await app.answer_waitpoint(token, "approved by Ann")
         result = await task_result(client, task.task_id)
         done = await task_get(client, task.task_id)
     assert waiting.status == "working"
@@ -297,7 +299,10 @@ async def test_a_caller_that_declines_leaves_its_question_open_and_is_not_asked_
             tg.cancel_scope.cancel()
         [row] = jobs(tenure_dsn, "confirm")
         await app.answer_waitpoint(
-            row["id"], "size", {"approved": False, "size": "S"}, tenant=row["tenant"]
+            answer={"approved": False, "size": "S"},
+            job_id=row["id"],
+            name="size",
+            tenant=row["tenant"],
         )
         result = await task_result(client, task.task_id)
     assert result.structured_content == {"item": "hat", "approved": False, "size": "S"}

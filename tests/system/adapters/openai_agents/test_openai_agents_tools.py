@@ -48,7 +48,9 @@ async def test_the_model_sees_the_apps_typed_tools(app: App, worker: None) -> No
     agent, _, model = ledger_agent(app, "post_entry", {"account": "a0", "cents": 1})
     await Runner.run(agent, "go", context=CHAT, run_config=OFFLINE)
     shown = {t.name: (t.description, t.params_json_schema) for t in model.tools}  # type: ignore[union-attr]
-    assert shown == {s["name"]: (s["description"], s["parameters"]) for s in app.tool_schemas()}
+    assert shown == {
+        s["name"]: (s["description"], s["parameters"]) for s in app.registry.tool_schemas()
+    }
 
 
 async def test_a_call_is_one_job_under_the_conversation_and_call_id(app: App, worker: None) -> None:
@@ -57,7 +59,7 @@ async def test_a_call_is_one_job_under_the_conversation_and_call_id(app: App, wo
 
     result = await Runner.run(agent, "go", context=CHAT, run_config=OFFLINE)
 
-    (job,) = await app.list_jobs(tool="post_entry")
+    (job,) = await app.admin.jobs(tool="post_entry")
     call_id = job.idempotency_key.rsplit(":", 1)[1]
     assert job.idempotency_key == f"openai-agents:chat-1:{call_id}" and call_id.startswith("call-")
     assert json.loads(outputs(model.inputs)[0]) == {"entry": "a1/500", "job": job.id}
@@ -74,7 +76,7 @@ async def test_arguments_outside_the_signature_are_told_and_queue_nothing(
     (told,) = outputs(model.inputs)
     assert told.startswith("The arguments for post_entry do not fit its schema:")
     assert "cents: Input should be a valid integer" in told
-    assert await app.list_jobs() == []
+    assert await app.admin.jobs() == []
 
 
 @pytest.mark.parametrize(
@@ -97,7 +99,7 @@ async def test_a_failed_job_is_the_error_text_with_only_the_tools_classified_tex
     assert (f"It said: {REFUSED}" in said) == (tool == "refuse")
     assert "4111" not in json.dumps(model.inputs, default=str)
     assert "4111" not in str(result.final_output)
-    (job,) = await app.list_jobs(tool=tool)
+    (job,) = await app.admin.jobs(tool=tool)
     assert job.state == "failed"
     if tool == "crash":
         assert SECRET in json.dumps(job.error)  # kept, for the operator
@@ -117,7 +119,7 @@ async def test_with_lax_a_models_slip_is_converted_in_a_plain_and_a_durable_run(
     async with running(app):  # a worker that knows the run's tool
         await Runner.run(plain, "go", context=CHAT, run_config=OFFLINE)
         await runner.run("go", key="lax-2", timeout=60)
-    jobs = await app.list_jobs(tool="post_entry")
+    jobs = await app.admin.jobs(tool="post_entry")
     assert sorted(j.payload["cents"] for j in jobs if j.payload) == [12, 13]
 
 
@@ -131,7 +133,7 @@ async def test_outside_a_durable_run_a_call_needs_its_conversation(app: App) -> 
     agent = agent.clone(tools=list(TenureTools(app).tools))
     with pytest.raises(UserError, match="conversation="):  # the SDK wraps the PolicyError
         await Runner.run(agent, "go", run_config=OFFLINE)
-    assert await app.list_jobs() == []
+    assert await app.admin.jobs() == []
 
 
 async def test_a_durable_runs_calls_are_child_jobs_and_its_model_is_asked_once_a_step(
@@ -142,8 +144,8 @@ async def test_a_durable_runs_calls_are_child_jobs_and_its_model_is_asked_once_a
     runner = TenureRunner(app, agent.clone(tools=list(TenureTools(app).tools)), name="ledger")
     async with running(app):  # a worker that knows the run's tool
         output = await runner.run("go", key="chat-9", timeout=60)
-    (run,) = await app.list_jobs(tool="agent:ledger")
-    (job,) = await app.list_jobs(tool="post_entry")
+    (run,) = await app.admin.jobs(tool="agent:ledger")
+    (job,) = await app.admin.jobs(tool="post_entry")
     assert job.idempotency_key == f"tool-job:{run.id}:tool.1.0"  # the run and the position
     assert output == f"posted {outputs(model.inputs)[0]}"
     assert len(model.inputs) == 2  # two model steps; the replays after the wait never asked
@@ -170,13 +172,13 @@ async def test_a_durable_run_waits_for_approval_at_a_waitpoint_holding_no_lease(
             lambda: _state(app, run.id, "waiting"), timeout=30, message="the run never waited"
         )
         assert (await app.get(run.id)).lease_until is None
-        assert await app.list_jobs(tool="post_entry") == []  # nothing ran before the decision
+        assert await app.admin.jobs(tool="post_entry") == []  # nothing ran before the decision
         ((token, (request,)),) = handed
         arguments = json.loads(request["arguments"])
         assert request["tool"] == "post_entry" and arguments["account"] == "d2"
-        await app.complete_waitpoint(token, {"approve": [request["call_id"]]})
+        await app.answer_waitpoint(token, {"approve": [request["call_id"]]})
         output = await app.wait(run.id, timeout=60)
-    (job,) = await app.list_jobs(tool="post_entry")
+    (job,) = await app.admin.jobs(tool="post_entry")
     assert output.startswith("posted ") and executions(app.dsn, "d2") == [(job.id, 1)]
     assert len(handed) == 1  # the handler ran once, however often the run was replayed
 
@@ -200,7 +202,7 @@ async def test_input_guardrails_run_before_any_tool_of_a_durable_run(app: App) -
     failed = await app.get(run.id)
     assert failed.error is not None and failed.error["type"] == "InputGuardrailTripwireTriggered"
     assert checked == ["refund it"] and model.inputs == []  # judged first, alone
-    assert await app.list_jobs(tool="post_entry") == []  # no tool job was ever queued
+    assert await app.admin.jobs(tool="post_entry") == []  # no tool job was ever queued
 
 
 async def _state(app: App, job_id: int, state: str) -> bool:

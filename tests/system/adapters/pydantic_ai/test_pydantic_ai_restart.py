@@ -73,7 +73,7 @@ async def test_an_agent_killed_mid_call_finds_its_job_again(
 
     assert result.output == f'posted {{"entry": "acct-k/1250", "job": {job_id}}}'
     assert executions(app.dsn, "acct-k") == [(job_id, 1)]  # the tool ran once
-    jobs = await app.list_jobs(tool="post_entry")
+    jobs = await app.admin.jobs(tool="post_entry")
     assert [(j.id, j.idempotency_key) for j in jobs] == [(job_id, f"pydantic-ai:chat-1:{call_id}")]
 
 

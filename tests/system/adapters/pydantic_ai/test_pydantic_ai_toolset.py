@@ -43,7 +43,7 @@ async def test_the_model_sees_the_apps_typed_tools(app: App) -> None:
     shown = {t.name: (t.description, t.parameters_json_schema) for t in seen}
     expected = {
         s["name"]: (s["description"], s["parameters"])
-        for s in (app.tool_schema("post_entry"), app.tool_schema("refuse"))
+        for s in (app.registry.tool_schema("post_entry"), app.registry.tool_schema("refuse"))
     }
     assert shown == expected
 
@@ -80,7 +80,7 @@ async def test_arguments_outside_the_signature_are_a_retry_and_queue_nothing(
 
     assert [r.outcome for r in seen] == ["retried", "success"]
     assert "cents: Input should be a valid integer" in seen[0].model_response_str()
-    jobs = await app.list_jobs(tool="post_entry")
+    jobs = await app.admin.jobs(tool="post_entry")
     assert [j.idempotency_key for j in jobs] == ["pydantic-ai:conv-2:call-1"]
 
 
@@ -92,7 +92,7 @@ async def test_with_lax_a_models_trivial_slip_is_converted_instead_of_retried(
     await Agent(model, toolsets=[TenureToolset(app, lax=True)]).run("go", conversation_id="c-9")
 
     assert [r.outcome for r in seen] == ["success"]
-    [job] = await app.list_jobs(tool="post_entry")
+    [job] = await app.admin.jobs(tool="post_entry")
     assert job.payload == {"account": "acct-9", "cents": 12}
 
 
