@@ -203,12 +203,16 @@ async def test_a_child_ending_after_the_suspension_queues_its_parent(
 
 
 async def test_a_child_that_ended_before_the_suspension_queues_the_parent_at_once(
-    store: Store,
+    store: Store, tenure_dsn: str
 ) -> None:
     parent, child = await _claimed_parent_and_child(store)
     await _end(store, child)
     assert await store.suspend("w", _wait_for(parent, [child]))
     assert (await store.get_job(parent.id)).state == "queued"
+    # journaled as a wait answered at once, as if the child's end had answered it
+    query = "SELECT kind FROM tenure_events WHERE job_id = %(id)s ORDER BY id"
+    kinds = [r["kind"] for r in rows(tenure_dsn, query, {"id": parent.id})]
+    assert kinds[-2:] == ["suspended", "waitpoint_answered"]
 
 
 async def test_a_child_committing_while_its_parent_suspends_is_never_missed(

@@ -153,6 +153,14 @@ WITH kids AS (
                    ELSE '{}'::jsonb END,
            NULL, s.ran_ms, s.payload_hmac
     FROM suspended s, pending p
+    UNION ALL
+    -- and, with none pending, the wait answered at once, as a child's end would have answered
+    -- it: the journal of a wait reads the same whichever came first, the children or the wait.
+    SELECT 'waitpoint_answered', s.id, s.token, s.attempt, NULL, s.tool,
+           jsonb_build_object('waitpoint', %(name)s::text, 'kind', 'children'), NULL, 0,
+           s.payload_hmac
+    FROM suspended s, pending p
+    WHERE cardinality(p.ids) = 0
 ), notified AS (
     SELECT tenure_notify('tenure_progress', array_agg(s.id::text)) AS n FROM suspended s
 )
