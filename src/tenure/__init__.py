@@ -9,7 +9,6 @@ import inspect as _inspect
 import typing as _typing
 
 from ._app import App
-from ._context import Context
 from ._errors import (
     ConfigError,
     Conflict,
@@ -53,6 +52,7 @@ from ._run_watch import RunEvent
 from ._search import JobPage
 from ._version import __version__ as __version__
 from ._waitpoint import Suspend, Waitpoint
+from ._worker._context import Context
 from ._worker._worker import Worker
 
 __all__ = [

@@ -29,8 +29,8 @@ from typing import Any, Literal
 import httpx
 
 from ._app import App
-from ._context import Context
 from ._errors import OutcomeUnknown, RetryableError
+from ._worker._context import Context
 from .fence import raise_for_fence
 
 app = App()

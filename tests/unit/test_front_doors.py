@@ -8,7 +8,8 @@ The rule, by layer (ARCHITECTURE.md):
   observability runtime (``_observe``: journal writer, metrics, doctor, read pages), the
   waiting and run-watching helpers the client uses (``_waiting``, ``_run_watch``),
   ``telemetry`` (it re-exports the admin's record types), ``fence._schema`` (the
-  fence's own migrations on the same runner) and ``_intercept`` (the interceptor chain
+  fence's own migrations on the same runner), ``fence._observer`` (a receiver's
+  decisions journaled into tenure's journal) and ``_intercept`` (the interceptor chain
   around the store's enqueue, claim and commit). The front ends (``_cli``, ``mcp``,
   ``integrations``, ``_demo``, ``_chaos``, ``examples``, ``__init__``) never do, nor
   does the dashboard's route module beyond the read store its pages are drawn from
@@ -38,6 +39,7 @@ STORE_USERS = (
     "_run_watch.py",
     "telemetry.py",
     "fence/_schema.py",
+    "fence/_observer.py",
     "_intercept.py",
 )
 # The dashboard's routes draw their pages from a read-only store of their own (every

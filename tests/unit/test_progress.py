@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tenure import PayloadError
-from tenure._context import progress_json
+from tenure._worker._context import progress_json
 
 
 @pytest.mark.parametrize(

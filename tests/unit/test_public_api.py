@@ -50,7 +50,7 @@ def test_the_fence_observer_is_exported_but_loaded_only_when_asked_for() -> None
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.split()
-    assert out == ["False", "True", "tenure._observe._fence"]
+    assert out == ["False", "True", "tenure.fence._observer"]
 
 
 def test_telemetry_and_states_surfaces() -> None:

@@ -10,8 +10,8 @@ Module map:
                   up; `wait_for`: polling with a deadline
     _proxy        `FaultProxy`: a TCP proxy per link that resets, blackholes, holds or
                   delays it
-    _history      what each worker process saw, in a local JSON-lines file
-    _worker_main  ``tenure worker`` plus that history (how chaos starts its workers)
+    _history      what each worker process saw, in a local JSON-lines file (its workers run
+                  ``tenure worker`` plus that history: ``tenure._cli._chaos_worker``)
 
 The test suite uses the same harness, proxy and polling.
 

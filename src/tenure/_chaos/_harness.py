@@ -4,7 +4,7 @@
 optionally, its own `FaultProxy` between it and PostgreSQL, and stops every one
 of them on `close` (stopped ones are continued first). ``tenure chaos`` runs its
 two workers with it; the test suite, the storms and the soak subclass it
-(``tests/support``). By default a worker runs through `_worker_main`, which adds
+(``tests/support``). By default a worker runs through `tenure._cli._chaos_worker`, which adds
 the local history (`_history`) the runner reads its evidence from.
 
 `WorkerHandle` is one process: signals (SIGKILL, SIGSTOP/SIGCONT, SIGTERM), its
@@ -175,7 +175,7 @@ class Workers(Generic[W]):
     """
 
     handle: type[W]
-    worker_module = "tenure._chaos._worker_main"  # `command`: run with ``python -m``
+    worker_module = "tenure._cli._chaos_worker"  # `command`: run with ``python -m``
     graceful = True
     log_mode = "ab"  # what `open` makes of a worker's log file ("wb": start it afresh)
 

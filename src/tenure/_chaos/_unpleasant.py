@@ -210,15 +210,18 @@ def run_chaos(
     say: Callable[[str], None] = lambda _: None,
 ) -> ChaosReport:
     """Run the unpleasant test (see the module docstring) and return what happened."""
-    from .._app import load_app
+    from .._app import App, load_app
 
     began = time.monotonic()
-    app = load_app(app_target)
+    loaded = load_app(app_target)
     given = dsn or dsn_from_environment()
-    # The app object may have been built before the DSN was known (a module imported
-    # earlier): point it at the right server before its first use.
+    # The user's App object may have been built before the DSN was known, or used already
+    # (a module imported earlier, a second run in one process): a client of our own on the
+    # given server, with the same tools and signing key, leaves it as it was.
+    app = loaded
     if given:
-        app.set_dsn(given)
+        app = App(given, signing_key=loaded.registry.signing_key)
+        app.registry.tools.update(loaded.registry.tools)
     spec = app.tools.get(tool)
     if spec is None:
         raise SystemExit(f"tenure chaos: {app_target} has no tool {tool!r}")

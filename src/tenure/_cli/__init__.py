@@ -21,6 +21,8 @@ Module map:
     _commands  the database commands, through the App's client and admin
     _serve     long-running commands, tools, embedded, and the App a command names
     _main      main(argv): parse, log, run, report
+    _chaos_worker  ``tenure worker`` plus the chaos kit's history (how ``tenure chaos``
+               starts its workers, run with ``python -m``)
 """
 
 from ._main import main

@@ -10,7 +10,6 @@ users see them through ``tenure.telemetry`` (``attach``, the catalogue `_events.
     _http       /metrics, the loopback rule, uvicorn on a thread
     _runtime    what a worker starts for observability: the writer, the journal pruner
                 (tenure._maintenance._journal_pruner) and /metrics
-    _fence      FenceObserver, the receiver's side (stale_fence_rejected)
     _doctor     `tenure doctor`'s checks
     _pages      the dashboard's HTML
     _explorer   the dashboard's job explorer (/jobs): filters, pages, bulk results
@@ -24,14 +23,3 @@ users see them through ``tenure.telemetry`` (``attach``, the catalogue `_events.
     _otel       the tracing interceptor (tenure._intercept): spans on OpenTelemetry,
                 loaded only by tenure.otel
 """
-
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    """`FenceObserver`, imported on first use (it needs prometheus-client and Starlette)."""
-    if name == "FenceObserver":
-        from ._fence import FenceObserver
-
-        return FenceObserver
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,9 @@ Module map (a job passes through them top to bottom):
                 run's transition (tenure._pipeline._engine) instead
     _steps      Steps: a job's fenced steps (ctx.step), read once per attempt and each
                 recorded under its token; a threaded tool's steps go through the loop
+    _context    Context: what a tool sees of its call (token, ensure_owned, progress,
+                steps, waitpoints, fenced HTTP)
 
-A tool's `Context` (tenure._context) is built here, per claim. ARCHITECTURE.md, at the
+A tool's `Context` (`_context.py`) is built here, per claim. ARCHITECTURE.md, at the
 repository's root, draws the threads and the life of a job.
 """

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._context import Context
 from .._errors import (
     LeaseLost,
     OutcomeUnknown,
@@ -39,6 +38,7 @@ from .._registry import ToolSpec
 from .._states import StopReason
 from .._store import ClaimedJob, Finish, OpenWaitpoint
 from .._waitpoint import Suspend, token_hash
+from ._context import Context
 
 logger = logging.getLogger("tenure.worker")
 

@@ -23,7 +23,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._context import Context
 from .._errors import PolicyError, StoreError
 from .._intercept import Chain, Interceptors
 from .._log import enabled, log_event
@@ -39,6 +38,7 @@ from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
 from .._store import ClaimedJob, Listener, Store, WorkerRegistration
 from ._completer import Completer
+from ._context import Context
 from ._executor import Abandoned, Executor, Stopped
 from ._heartbeat import HeartbeatThread, Held
 from ._ownership import Ownership

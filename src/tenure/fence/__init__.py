@@ -33,6 +33,8 @@ migration runner and SQL parser, nothing of the worker side):
     _signing    the fence headers on the wire: names, validation, the HMAC signature
     _errors     the kit's own refusals, on tenure's error tree
     _schema     the kit's named statements (queries.sql) and migrations (migrations/*.sql)
+    _observer   FenceObserver: the receiver's decisions as metrics, log lines and journal rows
+                (stale_fence_rejected), on tenure's journal writer and metrics
 """
 
 import typing as _typing
@@ -69,7 +71,7 @@ from ._signing import (
 )
 
 if _typing.TYPE_CHECKING:
-    from .._observe._fence import FenceObserver as FenceObserver
+    from ._observer import FenceObserver as FenceObserver
 
 # Exported, but imported only when first asked for (PEP 562).
 _LAZY = frozenset({"FenceObserver"})
@@ -109,7 +111,7 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     if name == "FenceObserver":
-        from .._observe._fence import FenceObserver
+        from ._observer import FenceObserver
 
         return FenceObserver
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

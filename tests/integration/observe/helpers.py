@@ -15,9 +15,9 @@ from starlette.routing import Route
 from tests.support.waiting import wait_until
 from tests.support.workers import Journal, WorkerGroup, WorkerProcess, wait_job
 
-from tenure._observe._fence import FenceObserver
 from tenure._observe._http import ServerThread
 from tenure.fence import FenceGuard, FenceMiddleware, migrate_fence
+from tenure.fence._observer import FenceObserver
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

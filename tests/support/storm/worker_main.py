@@ -1,6 +1,6 @@
 """``python -m tests.support.storm.worker_main --history DIR MODULE:APP [options]``.
 
-``tenure chaos``'s worker (`tenure._chaos._worker_main`), whose history's first line
+``tenure chaos``'s worker (`tenure._cli._chaos_worker`), whose history's first line
 also says what the storms' checker must know of this process's clocks: the
 ``faketime`` spec it runs under, whether its monotonic clock is the machine's, and
 the machine's uptime (to map a skewed wall clock on the real one).
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tenure._chaos._worker_main import main
+from tenure._cli._chaos_worker import main
 
 
 def clock() -> dict[str, Any]:

@@ -21,7 +21,6 @@ from tenure._log import Event, attach, log_event
 from tenure._maintenance._journal_pruner import JournalPrunerConfig
 from tenure._observe._dashboard import check_bind
 from tenure._observe._events import EVENTS, JOURNAL_KINDS, OWNERSHIP_KINDS, WRITER_KINDS
-from tenure._observe._fence import FenceObserver
 from tenure._observe._http import bounded_dsn, is_loopback
 from tenure._observe._journal import JournalWriter, journal_key, payload_hmac, to_row
 from tenure._observe._metrics import (
@@ -34,6 +33,7 @@ from tenure._observe._metrics import (
 )
 from tenure._store import ClaimedJob, Finish, JournalRow
 from tenure.fence import FenceDecision
+from tenure.fence._observer import FenceObserver
 
 ROOT = Path(__file__).resolve().parents[3]
 SOURCE = ROOT / "src" / "tenure"

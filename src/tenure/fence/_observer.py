@@ -27,10 +27,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._log import Event, emit
+from .._observe._journal import JournalWriter
+from .._observe._metrics import render
 from .._store import Store
-from ..fence._asgi import FenceDecision
-from ._journal import JournalWriter
-from ._metrics import render
+from ._asgi import FenceDecision
 
 _log = logging.getLogger("tenure.fence")
 _SCOPE = re.compile(r"^tool-job:(\d+)$")

@@ -13,19 +13,19 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
-from ._errors import ConfigError, PayloadError, PolicyError, WaitTimeout
-from ._job import Job
-from ._states import Answerer, OnTimeout, OwnershipState
-from ._waitpoint import Suspend, WaitKind, Waitpoint, derive_token
-from ._waitpoint import request_json as waitpoint_request
-from ._waitpoint import waitpoint as make_waitpoint
-from ._worker._ownership import Ownership
-from ._worker._steps import job_of_record, job_record
+from .._errors import ConfigError, PayloadError, PolicyError, WaitTimeout
+from .._job import Job
+from .._states import Answerer, OnTimeout, OwnershipState
+from .._waitpoint import Suspend, WaitKind, Waitpoint, derive_token
+from .._waitpoint import request_json as waitpoint_request
+from .._waitpoint import waitpoint as make_waitpoint
+from ._ownership import Ownership
+from ._steps import job_of_record, job_record
 
 if TYPE_CHECKING:
-    from ._worker._steps import Checkpoints, Steps
-    from .fence import FencedAuth
-    from .fence._signing import SentRequest
+    from ..fence import FencedAuth
+    from ..fence._signing import SentRequest
+    from ._steps import Checkpoints, Steps
 
 STEP_NAME_MAX = 200
 StepKind = str  # 'step' for yours; 'model', 'tool', 'start', 'wait' for framework engines
@@ -176,7 +176,7 @@ class Context:
         ``http_auth(op)`` reads them from the request for you. Inside a step,
         ``operation`` defaults to the step's name.
         """
-        from .fence import fence_headers
+        from ..fence import fence_headers
 
         key = self.idempotency_key(operation)
         return fence_headers(self.fence_scope, self.token, key, self._signing_key, **request)
@@ -184,7 +184,7 @@ class Context:
     def http_auth(self, operation: str | None = None) -> FencedAuth:
         """An httpx auth that adds the fence headers and checks ownership before sending
         (inside a step, ``operation`` defaults to the step's name)."""
-        from .fence import FencedAuth
+        from ..fence import FencedAuth
 
         return FencedAuth(self, self._operation(operation))
 
