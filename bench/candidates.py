@@ -1,0 +1,638 @@
+#!/usr/bin/env python
+"""Price the storage candidates of issue #26 against each other and pgqueuer, per statement.
+
+    bench/.venv/bin/python bench/candidates.py [--jobs 5000] [--held 10000] [--beats 3]
+                                               [--candidates A,B,C,D,E,pgqueuer]
+
+Each candidate gets a fresh database on the same server (tenure's migrations, then the
+candidate's schema from bench/candidates.sql) and one connection that plays every role:
+
+  enqueue   --jobs no-op jobs, 100 per statement (the bulk enqueue)
+  drain     claim 100 + fenced commit of 100 until the queue is empty
+  key       200 single enqueues of a new key, then 200 of a finished job's key (the
+            idempotency window: the repeated key must return the finished job)
+  beat      --held leases held by 10 owners (1,000 each), --beats heartbeat periods, each
+            period one heartbeat statement per owner (the heartbeat thread's tick)
+
+Per phase it reports, from PostgreSQL itself: WAL records and bytes (pg_walinspect over the
+phase's LSN range, only records of this run's transactions or of this database's pages, so
+other sessions on the server do not count), full-page images apart, B-tree leaf insertions,
+heap updates and how many were HOT, buffer hits and reads (pg_stat_database, flushed), the
+backend's CPU (/proc) and each statement's wall time (client side, the statement alone). A
+= tenure's shipped statements (the store's queries); B-E = prototypes (candidates.sql);
+pgqueuer = pgqueuer 1.6's own statements (its query builder, its schema) for the same work.
+Prints figures; asserts only that each candidate kept the protocol (every job succeeded once,
+every lease still live after the beats, the repeated keys found their jobs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from scratch import drop_database, fresh_database, proc_cpu
+
+from tenure._store import QUERIES, migrate
+from tenure._store._queries import parse_queries
+
+DB = "tenure_candidates"
+SQL = parse_queries((Path(__file__).parent / "candidates.sql").read_text(encoding="utf-8"))
+OWNERS = [f"w{i}" for i in range(10)]
+# Longer than the issue's 15 s so that a loaded machine cannot let a lease run out between
+# phases; what a heartbeat costs does not depend on it.
+LEASE_MS = 120_000
+# How often a session candidate's process beats (H) while it claims and commits.
+SESSION_BEAT_S = 5.0
+BATCH = 100
+# checkpoint_timeout 5 min / H 5 s: heartbeat periods between two checkpoints.
+PERIODS_PER_CHECKPOINT = 60
+LABELS = {
+    "A": "A: today (lease on the job row)",
+    "B": "B: lease in a narrow table",
+    "C": "C: sessions (liveness per process)",
+    "D": "D: hot table + finished table",
+    "E": "E: C + D",
+    "pgqueuer": "pgqueuer 1.6 (its statements)",
+}
+
+
+@dataclass
+class Phase:
+    """What one phase cost, from the database's side."""
+
+    name: str
+    units: int = 0
+    start_lsn: str = ""
+    end_lsn: str = ""
+    xids: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    wall: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    cpu_s: float = 0.0
+    blks_hit: int = 0
+    blks_read: int = 0
+    wal: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+class Runner:
+    """One measuring connection on a fresh database."""
+
+    def __init__(self, dsn: str) -> None:
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        self.pid = self.one("SELECT pg_backend_pid()")
+        self.dboid = self.one("SELECT oid FROM pg_database WHERE datname = current_database()")
+        self.phase: Phase | None = None
+        self._cpu0 = 0.0
+        self._stats0 = (0, 0)
+
+    def one(self, statement: Any, params: Any = None) -> Any:
+        row = self.conn.execute(statement, params).fetchone()
+        assert row is not None
+        return row[0]
+
+    def _db_stats(self) -> tuple[int, int]:
+        self.conn.execute("SELECT pg_stat_force_next_flush()")
+        self.conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = self.conn.execute(
+            "SELECT blks_hit, blks_read FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def begin(self, name: str, units: int) -> Phase:
+        self.phase = Phase(name, units)
+        self._stats0 = self._db_stats()
+        self.phase.start_lsn = str(self.one("SELECT pg_current_wal_insert_lsn()"))
+        self._cpu0 = proc_cpu(self.pid)
+        return self.phase
+
+    def end(self) -> Phase:
+        phase = self.phase
+        assert phase is not None
+        phase.cpu_s = proc_cpu(self.pid) - self._cpu0
+        phase.end_lsn = str(self.one("SELECT pg_current_wal_flush_lsn()"))
+        hit, read = self._db_stats()
+        phase.blks_hit, phase.blks_read = hit - self._stats0[0], read - self._stats0[1]
+        self.phase = None
+        self.count_wal([phase])  # now, before a CHECKPOINT recycles the segments
+        return phase
+
+    def run(self, kind: str, statement: Any, params: Any, client: bool = False) -> list[Any]:
+        """One statement in a transaction of its own, its xid noted for the WAL count.
+        ``client``: bind on the client (an EXECUTE of a statement PREPAREd in SQL)."""
+        phase = self.phase
+        with self.conn.transaction():
+            xid = self.one("SELECT txid_current()")
+            t = time.perf_counter()
+            if client:
+                cur = psycopg.ClientCursor(self.conn).execute(statement, params)
+            else:
+                cur = self.conn.execute(statement, params, prepare=True)
+            rows = cur.fetchall() if cur.description else []
+            wall = time.perf_counter() - t
+        if phase is not None:
+            phase.xids[kind].append(int(xid) % 2**32)
+            phase.wall[kind].append(wall)
+        return rows
+
+    def count_wal(self, phases: list[Phase]) -> None:
+        """Attribute WAL records to each phase's statements (by xid) and to this database's
+        pages written outside a transaction (pruning, hint bits, autovacuum)."""
+        pattern = f"% rel %/{self.dboid}/%"
+        for phase in phases:
+            by_xid = {x: kind for kind, xs in phase.xids.items() for x in xs}
+            rows = self.conn.execute(
+                """SELECT xid::text::bigint, resource_manager, record_type, record_length,
+                          fpi_length
+                   FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)
+                   WHERE xid::text::bigint = ANY(%s)
+                      OR (xid::text = '0' AND block_ref LIKE %s)""",
+                (phase.start_lsn, phase.end_lsn, list(by_xid), pattern),
+            ).fetchall()
+            tally: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+            for xid, rmgr, rtype, length, fpi in rows:
+                for kind in (by_xid.get(xid, "other"), "total"):
+                    t = tally[kind]
+                    t["records"] += 1
+                    t["bytes"] += length
+                    t["fpi_bytes"] += fpi
+                    if rmgr == "Btree" and rtype in ("INSERT_LEAF", "INSERT_POST"):
+                        t["index_inserts"] += 1
+                    if rmgr == "Heap" and rtype.startswith("HOT_UPDATE"):
+                        t["hot_updates"] += 1
+                    if rmgr == "Heap" and rtype.startswith("UPDATE"):
+                        t["updates"] += 1
+                    if (rmgr == "Heap" and rtype.startswith("INSERT")) or rtype == "MULTI_INSERT":
+                        t["heap_inserts"] += 1
+                    if rmgr == "Heap" and rtype == "DELETE":
+                        t["heap_deletes"] += 1
+            phase.wal = {k: dict(v) for k, v in tally.items()}
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def beat_periods(runner: Runner, held: int, beats: int, beat: Any) -> list[Phase]:
+    """The first heartbeat period right after a CHECKPOINT (it pays a full-page image for every
+    page it touches: what each checkpoint costs), then the others (the steady state)."""
+    runner.conn.execute("CHECKPOINT")
+    runner.begin("beat_first", held)
+    beat()
+    first = runner.end()
+    runner.begin("beat", held * (beats - 1))
+    for _ in range(beats - 1):
+        beat()
+    return [first, runner.end()]
+
+
+# -- tenure candidates --------------------------------------------------------------------------
+
+SESSIONS = {"C", "E"}
+HOT_TABLE = {"D", "E"}
+
+
+def statements(cand: str) -> dict[str, Any]:
+    """The candidate's claim / heartbeat / commit / enqueue statements by role."""
+    if cand == "A":
+        return {
+            "claim": QUERIES["claim"],
+            "extend": QUERIES["extend_leases"],
+            "finish": QUERIES["finish_many"],
+            "enqueue_many": QUERIES["enqueue_many"],
+            "enqueue": QUERIES["enqueue"],
+            "by_key": QUERIES["job_by_key"],
+        }
+    low = cand.lower()
+    base = "d" if cand in HOT_TABLE else "a"
+    found = {
+        "claim": SQL[f"{low}_claim"],
+        "finish": SQL[f"{low}_finish"],
+        "extend": SQL["c_beat"] if cand in SESSIONS else SQL.get(f"{low}_extend"),
+        "enqueue_many": SQL["d_enqueue_many"] if base == "d" else QUERIES["enqueue_many"],
+        "enqueue": SQL["d_enqueue"] if base == "d" else QUERIES["enqueue"],
+        "by_key": SQL["d_job_by_key"] if base == "d" else QUERIES["job_by_key"],
+    }
+    return found
+
+
+def setup(runner: Runner, cand: str) -> None:
+    conn = runner.conn
+    if cand != "A":
+        conn.execute(SQL[f"{cand.lower()}_schema"])
+    if cand in HOT_TABLE:
+        # tenure_place over the hot table: the same function with the table renamed.
+        body = runner.one("SELECT pg_get_functiondef('tenure_place'::regproc)")
+        conn.execute(
+            body.replace("tenure_place", "cand_place").replace("tenure_jobs", "tenure_queue")
+        )
+    if cand in SESSIONS:
+        for owner in [*OWNERS, "drain"]:
+            conn.execute(SQL["c_open"], {"owner": owner, "lease_ms": LEASE_MS})
+
+
+def enqueue_params(keys: list[str]) -> dict[str, Any]:
+    n = len(keys)
+    return {
+        "tenant": "",
+        "quota": None,
+        "tools": ["noop"] * n,
+        "keys": keys,
+        "payloads": ["{}"] * n,
+        "payload_hashes": ["h"] * n,
+        "max_attempts": [3] * n,
+        "priorities": [0] * n,
+        "payload_hmacs": [None] * n,
+        "concurrency_keys": [None] * n,
+        "concurrency_limits": [None] * n,
+        "retains_ms": [604_800_000] * n,
+        "trace_context": None,
+    }
+
+
+def claim_params(owner: str, limit: int) -> dict[str, Any]:
+    return {"owner": owner, "tools": ["noop"], "lease_ms": [LEASE_MS], "limit": limit}
+
+
+def finish_params(owner: str, rows: list[Any]) -> dict[str, Any]:
+    n = len(rows)
+    return {
+        "owner": owner,
+        "ids": [r[0] for r in rows],
+        "tokens": [r[2] for r in rows],
+        "states": ["succeeded"] * n,
+        "results": ["null"] * n,
+        "errors": [None] * n,
+        "delays_ms": [0] * n,
+        "attempt_refunds": [0] * n,
+        "progress": [None] * n,
+    }
+
+
+def bulk_enqueue(runner: Runner, stmt: Any, prefix: str, count: int) -> None:
+    for start in range(0, count, BATCH):
+        keys = [f"{prefix}{i}" for i in range(start, min(count, start + BATCH))]
+        runner.run("enqueue", stmt, enqueue_params(keys))
+
+
+def measure_tenure(cand: str, jobs: int, held: int, beats: int) -> list[Phase]:
+    dsn = fresh_database(DB)
+    migrate(dsn)
+    runner = Runner(dsn)
+    try:
+        setup(runner, cand)
+        st = statements(cand)
+        table = "tenure_done" if cand in HOT_TABLE else "tenure_jobs"
+        phases = []
+
+        phases.append(runner.begin("enqueue", jobs))
+        bulk_enqueue(runner, st["enqueue_many"], "k", jobs)
+        phases.append(runner.end())
+        runner.conn.execute("ANALYZE")
+
+        last_beat: dict[str, float] = {}
+
+        def keep_alive(owner: str) -> None:
+            """A session process beats every H whatever else it does (counted in the phase)."""
+            if cand in SESSIONS and time.monotonic() - last_beat.get(owner, 0.0) > SESSION_BEAT_S:
+                got = runner.run("session_beat", SQL["c_beat"], {"owner": owner})
+                assert len(got) == 1, f"{cand}: the session {owner} was lost"
+                last_beat[owner] = time.monotonic()
+
+        runner.begin("drain", jobs)
+        done = 0
+        while True:
+            keep_alive("drain")
+            rows = runner.run("claim", st["claim"], claim_params("drain", BATCH))
+            if not rows:
+                break
+            out = runner.run("commit", st["finish"], finish_params("drain", rows))
+            assert all(r[1] for r in out), f"{cand}: a fenced commit was refused"
+            done += len(rows)
+        phases.append(runner.end())
+        assert done == jobs, (cand, done, jobs)
+        ok = runner.one(f"SELECT count(*) FROM {table} WHERE state = 'succeeded'")
+        assert ok == jobs, (cand, ok)
+
+        runner.begin("key", 400)
+        for i in range(200):
+            params = {
+                "tool": "noop",
+                "key": f"n{i}",
+                "payload": "{}",
+                "payload_hash": "h",
+                "max_attempts": 3,
+                "priority": 0,
+                "delay_ms": 0,
+                "payload_hmac": None,
+                "concurrency_key": None,
+                "concurrency_limit": None,
+                "tenant": "",
+                "quota": None,
+                "retain_ms": 604_800_000,
+                "trace_context": None,
+                "parent_id": None,
+            }
+            assert runner.run("new_key", st["enqueue"], params), "a new key made no job"
+        for i in range(200):
+            params = {**params, "key": f"k{i}"}
+            t = time.perf_counter()
+            assert not runner.run("repeat_key", st["enqueue"], params)
+            found = runner.run("repeat_key_read", st["by_key"], {"tenant": "", "key": f"k{i}"})
+            runner.phase.wall["repeat_key_total"].append(time.perf_counter() - t)  # type: ignore[union-attr]
+            assert found and found[0][0] is False, f"{cand}: a repeated key lost its job"
+        phases.append(runner.end())
+
+        # Held leases: claimed by 10 owners, then `beats` heartbeat periods.
+        per_owner = held // len(OWNERS)
+        bulk_enqueue(runner, st["enqueue_many"], "h", held)
+        runner.conn.execute("ANALYZE")
+        if cand in SESSIONS:  # sessions of processes that start now
+            runner.conn.execute("UPDATE tenure_sessions SET beat_at = clock_timestamp()")
+        holdings: dict[str, list[Any]] = {}
+        for owner in OWNERS:
+            holdings[owner] = []
+            while len(holdings[owner]) < per_owner:
+                for other in OWNERS:
+                    keep_alive(other)
+                limit = min(1000, per_owner - len(holdings[owner]))
+                got = runner.run("hold_claim", st["claim"], claim_params(owner, limit))
+                assert got, f"{cand}: nothing left to hold"
+                holdings[owner] += got
+
+        def beat() -> None:
+            for owner in OWNERS:
+                if cand in SESSIONS:
+                    got = runner.run("beat", st["extend"], {"owner": owner})
+                    assert len(got) == 1, f"{cand}: a session beat was refused"
+                else:
+                    rows = holdings[owner]
+                    got = runner.run(
+                        "beat",
+                        st["extend"],
+                        {
+                            "owner": owner,
+                            "ids": [r[0] for r in rows],
+                            "tokens": [r[2] for r in rows],
+                            "lease_ms": [LEASE_MS] * len(rows),
+                        },
+                    )
+                    assert all(r[1] is not None for r in got), f"{cand}: a lease was lost"
+
+        phases += beat_periods(runner, held, beats, beat)
+        return phases
+    finally:
+        runner.close()
+        drop_database(DB)
+
+
+# -- pgqueuer -----------------------------------------------------------------------------------
+
+
+def pgq_dollar(query: str) -> tuple[str, int]:
+    """pgqueuer writes $1..$n; psycopg's PREPARE/EXECUTE takes them as they are."""
+    import re
+
+    return query, max((int(n) for n in re.findall(r"\$(\d+)", query)), default=0)
+
+
+def measure_pgqueuer(jobs: int, held: int, beats: int) -> list[Phase]:
+    from pgqueuer.adapters.persistence import qb
+
+    env = qb.QueryBuilderEnvironment()
+    queue = qb.QueryQueueBuilder()
+    dsn = fresh_database(DB)
+    runner = Runner(dsn)
+    try:
+        runner.conn.execute(env.build_install_query())
+        qm = uuid.uuid4()
+        dequeue = queue.build_dequeue_query(
+            batch_size=BATCH,
+            entrypoints=["noop"],
+            concurrency_limits=[0],
+            queue_manager_id=qm,
+            global_concurrency_limit=None,
+            heartbeat_timeout=datetime.timedelta(seconds=LEASE_MS // 1000),
+        )
+        prepared = {
+            "enqueue": queue.build_enqueue_query("raise"),
+            "dequeue": dequeue.sql.rstrip().rstrip(";"),
+            "log": queue.build_log_job_query(),
+            "heartbeat": queue.build_update_heartbeat_query(),
+        }
+        for name, text in prepared.items():
+            runner.conn.execute(f"PREPARE pgq_{name} AS {text}")  # type: ignore[arg-type]
+
+        def enqueue(prefix: str, count: int) -> None:
+            for start in range(0, count, BATCH):
+                n = min(count, start + BATCH) - start
+                keys = [f"{prefix}{i}" for i in range(start, start + n)]
+                runner.run(
+                    "enqueue",
+                    "EXECUTE pgq_enqueue(%s::int[], %s::text[], %s::bytea[], %s::interval[],"
+                    " %s::text[], %s::jsonb[])",
+                    (
+                        [0] * n,
+                        ["noop"] * n,
+                        [b""] * n,
+                        [datetime.timedelta(0)] * n,
+                        keys,
+                        [None] * n,
+                    ),
+                    client=True,
+                )
+
+        def dequeue_rows(limit: int) -> list[Any]:
+            return runner.run(
+                "claim",
+                "EXECUTE pgq_dequeue(%s, %s::text[], %s::uuid, %s::interval)",
+                (limit, ["noop"], qm, datetime.timedelta(seconds=LEASE_MS // 1000)),
+                client=True,
+            )
+
+        phases = []
+        phases.append(runner.begin("enqueue", jobs))
+        enqueue("k", jobs)
+        phases.append(runner.end())
+        runner.conn.execute("ANALYZE")
+        runner.begin("drain", jobs)
+        done = 0
+        while rows := dequeue_rows(BATCH):
+            ids = [r[0] for r in rows]
+            runner.run(
+                "commit",
+                "EXECUTE pgq_log(%s::bigint[], %s::pgqueuer_status[], %s::jsonb[])",
+                (ids, ["successful"] * len(ids), [None] * len(ids)),
+                client=True,
+            )
+            done += len(ids)
+        phases.append(runner.end())
+        assert done == jobs, ("pgqueuer", done, jobs)
+
+        enqueue("h", held)
+        runner.conn.execute("ANALYZE")
+        per_owner = held // len(OWNERS)
+        holdings = []
+        for _ in OWNERS:
+            got: list[Any] = []
+            while len(got) < per_owner:
+                got += runner.run(
+                    "hold_claim",
+                    "EXECUTE pgq_dequeue(%s, %s::text[], %s::uuid, %s::interval)",
+                    (
+                        min(BATCH, per_owner - len(got)),
+                        ["noop"],
+                        qm,
+                        datetime.timedelta(seconds=LEASE_MS // 1000),
+                    ),
+                    client=True,
+                )
+            holdings.append([r[0] for r in got])
+
+        def beat() -> None:
+            for ids in holdings:
+                runner.run("beat", "EXECUTE pgq_heartbeat(%s::bigint[])", (ids,), client=True)
+
+        phases += beat_periods(runner, held, beats, beat)
+        return phases
+    finally:
+        runner.close()
+        drop_database(DB)
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def per_unit(phase: Phase, kind: str, key: str) -> float:
+    return phase.wal.get(kind, {}).get(key, 0.0) / max(1, phase.units)
+
+
+def median_us(phase: Phase, kind: str) -> float:
+    walls = phase.wall.get(kind, [])
+    return 1e6 * statistics.median(walls) if walls else float("nan")
+
+
+def report(results: dict[str, list[Phase]], args: argparse.Namespace) -> str:
+    out = []
+    out.append(
+        f"{args.jobs:,} jobs (claim {BATCH} + commit {BATCH} per round trip, enqueue "
+        f"{BATCH} per statement); {args.held:,} leases held by 10 owners, "
+        f"{args.beats} heartbeat periods; one connection, same server, same run.\n"
+    )
+    out.append("Per job (enqueue + claim + commit):\n")
+    out.append(
+        "| candidate | WAL records | WAL bytes | of which FPI | B-tree inserts | "
+        "heap updates (HOT) | buffer hits | PG CPU µs | claim µs/stmt | commit µs/stmt |"
+    )
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for cand, phases in results.items():
+        p = {ph.name: ph for ph in phases}
+        enq, drain = p["enqueue"], p["drain"]
+        rec = per_unit(enq, "total", "records") + per_unit(drain, "total", "records")
+        byt = per_unit(enq, "total", "bytes") + per_unit(drain, "total", "bytes")
+        fpi = per_unit(enq, "total", "fpi_bytes") + per_unit(drain, "total", "fpi_bytes")
+        idx = per_unit(enq, "total", "index_inserts") + per_unit(drain, "total", "index_inserts")
+        upd = per_unit(drain, "total", "updates") + per_unit(drain, "total", "hot_updates")
+        hot = per_unit(drain, "total", "hot_updates")
+        hits = (enq.blks_hit + drain.blks_hit) / enq.units
+        cpu = 1e6 * (enq.cpu_s + drain.cpu_s) / enq.units
+        out.append(
+            f"| {LABELS[cand]} | {rec:.1f} | {byt:,.0f} | {fpi:,.0f} | {idx:.1f} | "
+            f"{upd:.2f} ({hot:.2f}) | {hits:.1f} | {cpu:.1f} | {median_us(drain, 'claim'):,.0f}"
+            f" | {median_us(drain, 'commit'):,.0f} |"
+        )
+    out.append("\nPer statement kind, per job (drain):\n")
+    out.append(
+        "| candidate | claim WAL B | claim idx | commit WAL B | commit idx | "
+        "enqueue WAL B | enqueue idx |"
+    )
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for cand, phases in results.items():
+        p = {ph.name: ph for ph in phases}
+        d, e = p["drain"], p["enqueue"]
+        out.append(
+            f"| {LABELS[cand]} | {per_unit(d, 'claim', 'bytes'):,.0f} | "
+            f"{per_unit(d, 'claim', 'index_inserts'):.1f} | {per_unit(d, 'commit', 'bytes'):,.0f}"
+            f" | {per_unit(d, 'commit', 'index_inserts'):.1f} | "
+            f"{per_unit(e, 'enqueue', 'bytes'):,.0f} | "
+            f"{per_unit(e, 'enqueue', 'index_inserts'):.1f} |"
+        )
+    out.append("\nPer held lease per heartbeat period (H = 5 s, so 720 periods an hour):\n")
+    out.append(
+        "| candidate | WAL records | WAL bytes | of which FPI (1 per page per checkpoint) |"
+        " heap updates (HOT) | buffer hits | PG CPU µs | beat stmt µs (p50) |"
+        " WAL MB/s at 100k leases, H 5 s | PG % of a core at 100k |"
+        " WAL kB per lease-hour | PG CPU ms per lease-hour |"
+    )
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for cand, phases in results.items():
+        b = {ph.name: ph for ph in phases}["beat"]
+        first = {ph.name: ph for ph in phases}["beat_first"]
+        # Steady state: the periods after the first, plus the first period's full-page images
+        # spread over the periods of one checkpoint_timeout (every page a heartbeat touches is
+        # imaged once per checkpoint).
+        fpi = per_unit(first, "total", "fpi_bytes") / PERIODS_PER_CHECKPOINT
+        byt = per_unit(b, "total", "bytes") - per_unit(b, "total", "fpi_bytes") + fpi
+        cpu = 1e6 * b.cpu_s / b.units
+        out.append(
+            f"| {LABELS[cand]} | {per_unit(b, 'total', 'records'):.3f} | {byt:,.1f} | "
+            f"{fpi:,.1f} | "
+            f"{per_unit(b, 'total', 'updates') + per_unit(b, 'total', 'hot_updates'):.3f} "
+            f"({per_unit(b, 'total', 'hot_updates'):.3f}) | {b.blks_hit / b.units:.2f} | "
+            f"{cpu:.2f} | {median_us(b, 'beat'):,.0f} | "
+            f"{byt * 100_000 / 5 / 1e6:.3f} | {cpu * 100_000 / 5 / 1e4:.2f} | "
+            f"{byt * 720 / 1e3:,.1f} | {cpu * 720 / 1e3:.2f} |"
+        )
+    out.append("\nThe idempotency window (tenure candidates): a single enqueue, µs p50\n")
+    out.append(
+        "| candidate | new key | repeated key of a finished job (enqueue + read) | "
+        "WAL B per new key |"
+    )
+    out.append("|---|---:|---:|---:|")
+    for cand, phases in results.items():
+        p = {ph.name: ph for ph in phases}
+        if "key" not in p:
+            continue
+        k = p["key"]
+        out.append(
+            f"| {LABELS[cand]} | {median_us(k, 'new_key'):,.0f} | "
+            f"{median_us(k, 'repeat_key_total'):,.0f} | "
+            f"{k.wal.get('new_key', {}).get('bytes', 0) / 200:,.0f} |"
+        )
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=5_000)
+    parser.add_argument("--held", type=int, default=10_000)
+    parser.add_argument("--beats", type=int, default=4, help="heartbeat periods (>= 2)")
+    parser.add_argument("--candidates", default="A,B,C,D,E,pgqueuer")
+    parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    args = parser.parse_args()
+    results: dict[str, list[Phase]] = {}
+    for cand in [c for c in args.candidates.split(",") if c]:
+        if cand == "pgqueuer":
+            results[cand] = measure_pgqueuer(args.jobs, args.held, args.beats)
+        else:
+            results[cand] = measure_tenure(cand, args.jobs, args.held, args.beats)
+        print(f"measured {cand}", flush=True)
+    text = report(results, args)
+    print(text)
+    if args.json:
+        raw = {
+            c: [{k: v for k, v in vars(ph).items() if k not in ("xids",)} for ph in phases]
+            for c, phases in results.items()
+        }
+        args.json.write_text(json.dumps(raw, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
