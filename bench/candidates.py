@@ -367,6 +367,8 @@ def measure_tenure(cand: str, jobs: int, held: int, beats: int) -> list[Phase]:
                 assert got, f"{cand}: nothing left to hold"
                 holdings[owner] += got
 
+        runner.conn.execute("ANALYZE")  # as autovacuum would, once this many leases are held
+
         def beat() -> None:
             for owner in OWNERS:
                 if cand in SESSIONS:
@@ -495,6 +497,7 @@ def measure_pgqueuer(jobs: int, held: int, beats: int) -> list[Phase]:
                     client=True,
                 )
             holdings.append([r[0] for r in got])
+        runner.conn.execute("ANALYZE")
 
         def beat() -> None:
             for ids in holdings:
