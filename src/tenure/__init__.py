@@ -40,12 +40,7 @@ from ._errors import (
     WaitTimeout,
 )
 from ._job import Enqueued, Job
-from ._maintenance._job_pruner import JobPrunerConfig
-from ._maintenance._journal_pruner import JournalPrunerConfig
-from ._maintenance._rescuer import RescuerConfig
-from ._maintenance._scheduler import Schedule, SchedulerConfig
-from ._maintenance._statistics import StatisticsConfig
-from ._maintenance._worker_pruner import WorkerPrunerConfig
+from ._maintenance._scheduler import Schedule
 from ._pipeline._model import Pipeline, Run, RunStage, Stage, Verdict
 from ._policy import LeasePolicy, RetryPolicy, ToolPolicy
 from ._run_watch import RunEvent
@@ -70,8 +65,6 @@ __all__ = [
     "JobFailed",
     "JobNotFound",
     "JobPage",
-    "JobPrunerConfig",
-    "JournalPrunerConfig",
     "LeaseLost",
     "LeasePolicy",
     "OutcomeUnknown",
@@ -83,7 +76,6 @@ __all__ = [
     "PlanRejected",
     "PolicyError",
     "QuotaExceeded",
-    "RescuerConfig",
     "ResultRejected",
     "RetryPolicy",
     "RetryableError",
@@ -93,10 +85,8 @@ __all__ = [
     "RunNotFound",
     "RunStage",
     "Schedule",
-    "SchedulerConfig",
     "Stage",
     "StaleFence",
-    "StatisticsConfig",
     "StoreError",
     "Suspend",
     "TenureError",
@@ -107,12 +97,12 @@ __all__ = [
     "WaitTimeout",
     "Waitpoint",
     "Worker",
-    "WorkerPrunerConfig",
 ]
 
 
-def _report_as_tenure(cls: type) -> None:
-    """Make ``cls`` say it is ``tenure.<name>`` (reprs, docs, pickles name the public path).
+def _report_as_tenure(cls: type, module: str = __name__) -> None:
+    """Make ``cls`` say it is ``tenure.<name>`` (reprs, docs, pickles name the public path;
+    ``tenure.maintenance`` names its own the same way).
 
     Its own annotations are evaluated first, in the module that defines them: typing's
     `get_type_hints` (and dataclass and pydantic introspection) would otherwise look the
@@ -121,7 +111,7 @@ def _report_as_tenure(cls: type) -> None:
     if own:
         hints = _typing.get_type_hints(cls, include_extras=True)
         cls.__annotations__ = {name: hints[name] for name in own}
-    cls.__module__ = __name__
+    cls.__module__ = module
 
 
 for _value in [globals()[_name] for _name in __all__]:

@@ -53,16 +53,22 @@ def test_the_fence_observer_is_exported_but_loaded_only_when_asked_for() -> None
     assert out == ["False", "True", "tenure.fence._observer"]
 
 
-def test_telemetry_and_states_surfaces() -> None:
+def test_telemetry_states_and_maintenance_surfaces() -> None:
+    import tenure.maintenance
     import tenure.states
     import tenure.telemetry
 
-    for module in (tenure.telemetry, tenure.states):
+    for module in (tenure.telemetry, tenure.states, tenure.maintenance):
         assert len(set(module.__all__)) == len(module.__all__)
         assert sorted(module.__all__) == _public(module)
     assert "job_claimed" in tenure.telemetry.EVENTS
     assert "WorkerInfo" in tenure.telemetry.__all__  # App.admin.workers' record
-    assert "WorkerPrunerConfig" in tenure.__all__
+    assert "WorkerPrunerConfig" in tenure.maintenance.__all__
+    assert "WorkerPrunerConfig" not in tenure.__all__  # services' settings stay out of the top
+    for name in tenure.maintenance.__all__:
+        value = getattr(tenure.maintenance, name)
+        assert value.__module__ == "tenure.maintenance" and value.__doc__
+        typing.get_type_hints(value, include_extras=True)
     assert tenure.telemetry.EVENTS["job_claimed"].kind == "job_claimed"
     assert tenure.states.has_ended("failed") and not tenure.states.has_ended("waiting")
 

@@ -17,10 +17,11 @@ from tests.support.cli import run_tenure
 from tests.support.waiting import wait_until, wait_until_async
 from tests.support.workers import WorkerGroup
 
-from tenure import App, PolicyError, WorkerPrunerConfig
+from tenure import App, PolicyError
 from tenure._maintenance._worker_pruner import WorkerPruner
 from tenure._observe._metrics import DatabaseGauges, ToolLabels
 from tenure._store import Store
+from tenure.maintenance import WorkerPrunerConfig
 from tenure.telemetry import WorkerInfo
 
 pytestmark = pytest.mark.storage
