@@ -25,7 +25,7 @@ import psycopg
 from psycopg import sql
 from registry import scratch  # bench/registry.py: a fresh schema and a DSN onto it
 
-from tenure._observe._queues_page import WINDOWS, queue_data
+from tenure._dashboard._queues_page import WINDOWS, queue_data
 from tenure._store import Store, migrate
 
 JOBS = """

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tenure._observe._queues_page import SERIES, TOOLS_SHOWN, WINDOWS, queue_data
+from tenure._dashboard._queues_page import SERIES, TOOLS_SHOWN, WINDOWS, queue_data
 from tenure._store import Store
 
 pytestmark = pytest.mark.storage

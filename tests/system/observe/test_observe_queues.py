@@ -20,9 +20,9 @@ from tests.support.waiting import wait_until_async
 from tests.support.workers import WorkerGroup
 
 from tenure import App
-from tenure._observe._dashboard import create_dashboard
+from tenure._dashboard._dashboard import create_dashboard
+from tenure._dashboard._queues_page import WINDOWS, queue_data
 from tenure._observe._http import ServerThread
-from tenure._observe._queues_page import WINDOWS, queue_data
 from tenure._store import Store
 
 pytestmark = pytest.mark.storage

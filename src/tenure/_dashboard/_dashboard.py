@@ -47,11 +47,7 @@ from .._errors import (
     PolicyError,
     StoreError,
 )
-from .._payload import MAX_PAYLOAD_BYTES, decode
-from .._search import page_of
-from .._store import Store
-from . import _explorer, _pages, _picture, _queues_page, _run_page, _workers_page
-from ._http import (
+from .._observe._http import (
     HostCheck,
     MetricsState,
     OriginCheck,
@@ -62,7 +58,11 @@ from ._http import (
     parse_host,
     store_lifespan,
 )
-from ._metrics import DatabaseGauges, ToolLabels
+from .._observe._metrics import DatabaseGauges, ToolLabels
+from .._payload import MAX_PAYLOAD_BYTES, decode
+from .._search import page_of
+from .._store import Store
+from . import _explorer, _pages, _picture, _queues_page, _run_page, _workers_page
 
 TOKEN_ENV = "TENURE_DASHBOARD_TOKEN"  # noqa: S105 - the variable's name, not a secret
 MIN_TOKEN = 16
@@ -637,7 +637,7 @@ async def static(request: Request) -> Response:
     name = request.path_params["name"]
     if name not in STATIC:
         return Response(status_code=404)
-    text = resources.files("tenure._observe").joinpath("static", name).read_text("utf-8")
+    text = resources.files("tenure._dashboard").joinpath("static", name).read_text("utf-8")
     return Response(text, media_type=STATIC[name])
 
 
