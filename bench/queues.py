@@ -19,13 +19,14 @@ import json
 import os
 import statistics
 import time
+from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg import sql
 from registry import scratch  # bench/registry.py: a fresh schema and a DSN onto it
 
-from tenure._observe._queues_page import WINDOWS, queue_data
+from tenure._dashboard._queues_page import WINDOWS, queue_data
 from tenure._store import Store, migrate
 
 JOBS = """
@@ -61,6 +62,10 @@ class Counting(Store):
         if name in ("queue_flow", "queue_arrivals"):
             self.returned[name] = len(rows)
         return rows
+
+    async def database_time(self) -> datetime:
+        """The admin's name for the clock read (`queue_data` reads through the admin's names)."""
+        return await self.db_now()
 
 
 async def refresh(dsn: str, reps: int) -> None:

@@ -526,7 +526,7 @@ def _cleanup() -> Iterator[contextlib.ExitStack]:
 def _dashboard(cleanup: contextlib.ExitStack, dsn: str, page: str = "") -> str:
     """The dashboard on a free loopback port, read-only, for as long as the demo runs;
     its URL (at ``page``)."""
-    from ._observe._dashboard import serve_dashboard
+    from ._dashboard._dashboard import serve_dashboard
 
     dashboard = serve_dashboard(dsn, poll_interval=0.5)
     cleanup.callback(dashboard.stop)

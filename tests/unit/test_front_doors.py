@@ -5,15 +5,15 @@ The rule, by layer (ARCHITECTURE.md):
 - ``tenure._store`` is imported only by the layers the store serves: the App's own
   package (``_app``: its client, admin and connection are the front ends' only way to
   the database), the worker, the maintenance services, the pipeline engine, the
-  observability runtime (``_observe``: journal writer, metrics, doctor, read pages), the
+  observability runtime (``_observe``: journal writer, metrics, doctor), the
   waiting and run-watching helpers the client uses (``_waiting``, ``_run_watch``),
   ``telemetry`` (it re-exports the admin's record types), ``fence._schema`` (the
   fence's own migrations on the same runner), ``fence._observer`` (a receiver's
   decisions journaled into tenure's journal) and ``_intercept`` (the interceptor chain
   around the store's enqueue, claim and commit). The front ends (``_cli``, ``mcp``,
   ``integrations``, ``_demo``, ``_chaos``, ``examples``, ``__init__``) never do, nor
-  does the dashboard's route module beyond the read store its pages are drawn from
-  (``DASHBOARD_READS``); its actions and its waitpoint webhook go through the App.
+  does the dashboard (``_dashboard``): its pages read through the App's admin, its
+  actions and its waitpoint webhook go through the App's client and admin.
 - A private name of the App's parts (``App``, ``Client``, ``Admin``, ``Registry``,
   ``Connection``, the sync faces), and the names the hub App used to have
   (``_store``, ``_waiting``, ``_sync``, ``_schedule_job``, ``_new_job``, ...), is
@@ -42,10 +42,16 @@ STORE_USERS = (
     "fence/_observer.py",
     "_intercept.py",
 )
-# The dashboard's routes draw their pages from a read-only store of their own (every
-# statement under a timeout); only that store's type is imported, never to write.
-DASHBOARD_READS = {("_observe/_dashboard.py", "Store")}
-FRONT_ENDS = ("_cli", "mcp/", "integrations/", "_demo.py", "_chaos/", "examples/", "__init__.py")
+FRONT_ENDS = (
+    "_cli",
+    "_dashboard/",
+    "mcp/",
+    "integrations/",
+    "_demo.py",
+    "_chaos/",
+    "examples/",
+    "__init__.py",
+)
 FORMER = {"_store", "_waiting", "_sync", "_schedule_job", "_new_job", "_probed_store", "_spec_of"}
 
 
@@ -102,9 +108,8 @@ def test_only_the_layers_the_store_serves_import_it() -> None:
     offending = [
         f"{rel}:{line} imports {name} from tenure._store"
         for rel, tree in _files()
-        if not rel.startswith(STORE_USERS) or rel == "_observe/_dashboard.py"
+        if not rel.startswith(STORE_USERS)
         for line, name in _store_imports(rel, tree)
-        if (rel, name) not in DASHBOARD_READS
     ]
     assert offending == []
 

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Literal, Unpack
 
 from .._errors import ConfigError, Conflict, JobNotFound, PolicyError, StoreError, one_line
 from .._job import Job
-from .._search import JobPage, SearchFilters, job_search, page_of
+from .._search import JobPage, JobSearch, SearchFilters, job_search, page_of
 from .._store import EventQuery, JobDetail, JobWaitpoint, JournalEntry, WorkerInfo, migrate
 
 if TYPE_CHECKING:
     from .._observe._doctor import Check
+    from .._store import _rows
     from ._client import Client
     from ._connection import Connection
     from ._registry import Registry
@@ -55,7 +56,10 @@ class Admin:
         Pass the page's ``next_cursor`` as ``cursor`` for the next page: a keyset cursor,
         as fast a thousand pages deep as on the first. Rows carry no payload, result or
         error message. InvalidSearch on a bad filter or cursor, before anything is read."""
-        search = job_search(**filters)
+        return await self.search_page(job_search(**filters))
+
+    async def search_page(self, search: JobSearch) -> JobPage:
+        """One page of jobs for a search already checked (`search`, the explorer)."""
         return page_of(await (await self._connection.store()).search_jobs(search), search)
 
     async def events(self, job_id: int) -> list[JournalEntry]:
@@ -114,6 +118,60 @@ class Admin:
     async def database_time(self) -> datetime:
         """The database's clock, the one every lease is judged by."""
         return await (await self._connection.store()).db_now()
+
+    # -- what the dashboard's pages draw (each read capped by its caller, as the store's) --
+
+    async def held_leases(self, limit: int) -> list[_rows.HeldLease]:
+        """Running jobs and the leases held on them, by the database's clock."""
+        return await (await self._connection.store()).running_leases(limit)
+
+    async def open_waitpoints(self, limit: int) -> list[_rows.OpenWaitpointRow]:
+        """Waitpoints still waiting for an answer, soonest deadline first."""
+        return await (await self._connection.store()).open_waitpoints(limit)
+
+    async def notable_events(self, limit: int) -> list[JournalEntry]:
+        """The latest journal rows an operator should see (losses, rejections, failures)."""
+        return await (await self._connection.store()).notable_events(limit)
+
+    async def outcomes(self, window_ms: int, bucket_ms: int, cap: int) -> list[_rows.OutcomeBucket]:
+        """Jobs ended per tool, outcome and bucket over the last ``window_ms``."""
+        return await (await self._connection.store()).throughput(window_ms, bucket_ms, cap)
+
+    async def pipeline_runs(self, limit: int) -> list[_rows.RunSummary] | None:
+        """The latest pipeline runs, newest first; None when no pipeline was ever run."""
+        return await (await self._connection.store()).pipeline_runs(limit)
+
+    async def pipeline_run(self, run_id: int) -> _rows.RunSummary | None:
+        """One pipeline run with its stages, or None."""
+        return await (await self._connection.store()).pipeline_run(run_id)
+
+    async def steps(self, job_id: int, limit: int) -> list[_rows.StepRow]:
+        """A durable run's recorded steps, in order (no result)."""
+        return await (await self._connection.store()).job_step_rows(job_id, limit)
+
+    async def children(self, job_id: int, limit: int) -> list[_rows.ChildRow]:
+        """The jobs a run started (its tools' jobs), oldest first."""
+        return await (await self._connection.store()).job_children(job_id, limit)
+
+    async def queue_flow(
+        self, since: datetime, bucket_ms: int, tools: int
+    ) -> list[_rows.QueueFlow]:
+        """Per tool and bucket since ``since``: jobs started and ended, wait and run times."""
+        return await (await self._connection.store()).queue_flow(since, bucket_ms, tools)
+
+    async def queue_arrivals(
+        self, since: datetime, bucket_ms: int, tools: int
+    ) -> list[_rows.QueueArrivals]:
+        """Per tool and bucket since ``since``: jobs enqueued."""
+        return await (await self._connection.store()).queue_arrivals(since, bucket_ms, tools)
+
+    async def queue_depth(self, cap: int) -> list[_rows.QueueDepth]:
+        """Per tool: jobs queued now, and the oldest one's age."""
+        return await (await self._connection.store()).queue_depth(cap)
+
+    async def running_summary(self, cap: int) -> list[_rows.RunningSummary]:
+        """Per tool: jobs running now."""
+        return await (await self._connection.store()).running_summary(cap)
 
     async def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with one more attempt. The tool is called

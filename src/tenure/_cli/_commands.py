@@ -12,8 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .._app import App
+from .._dashboard._pages import seconds
 from .._errors import ConfigError
-from .._observe._pages import seconds
 from ._output import (
     EXIT_ERROR,
     STATUS_STYLE,

@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .._dashboard._pages import clock, describe_progress, seconds, summarize
 from .._errors import PayloadError
 from .._job import Job
-from .._observe._pages import clock, describe_progress, seconds, summarize
 from .._text import printable
 
 EXIT_ERROR = 1

@@ -39,7 +39,7 @@ def _serve_until_stopped() -> None:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    from .._observe._dashboard import TOKEN_ENV, check_bind, serve_dashboard
+    from .._dashboard._dashboard import TOKEN_ENV, check_bind, serve_dashboard
     from .._observe._metrics import ToolLabels
 
     token = os.environ.get(TOKEN_ENV) or None

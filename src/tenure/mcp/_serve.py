@@ -43,8 +43,8 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._app import App
+from .._dashboard._dashboard import WILDCARD_BINDS, check_bind, same_secret
 from .._errors import ConfigError
-from .._observe._dashboard import WILDCARD_BINDS, check_bind, same_secret
 from .._observe._http import HostCheck, OriginCheck, allowed_names, is_loopback, parse_host
 from ._server import server
 from ._wire import LEFT, Left

@@ -25,7 +25,7 @@ from starlette.applications import Starlette
 from tests.integration.store.helpers import new_job
 from tests.support.schemas import fresh_schema_dsn
 
-from tenure._observe._dashboard import MAX_FORM_BYTES, _Sessions, create_dashboard
+from tenure._dashboard._dashboard import MAX_FORM_BYTES, _Sessions, create_dashboard
 from tenure._observe._http import ServerThread
 from tenure._store import Store, migrate
 

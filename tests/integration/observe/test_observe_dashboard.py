@@ -12,9 +12,9 @@ import pytest
 from starlette.requests import Request
 from tests.integration.store.helpers import new_job
 
-from tenure._observe._dashboard import MAX_SESSIONS, _Sessions, create_dashboard
+from tenure._dashboard._dashboard import MAX_SESSIONS, _Sessions, create_dashboard
+from tenure._dashboard._pages import pipelines_table
 from tenure._observe._http import ServerThread
-from tenure._observe._pages import pipelines_table
 from tenure._store import Store
 
 TOKEN = "dashboard-test-token-0123456789"

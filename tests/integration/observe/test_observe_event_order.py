@@ -17,7 +17,7 @@ import pytest
 from tests.integration.store.helpers import new_job
 
 from tenure._cli import main
-from tenure._observe import _pages
+from tenure._dashboard import _pages
 from tenure._store import EventQuery, JournalRow, Store
 
 AGO = 60.0  # seconds the late row is back-dated by

@@ -15,7 +15,7 @@ import pytest
 from tests.integration.store.helpers import new_job
 
 from tenure._cli import main
-from tenure._observe import _pages
+from tenure._dashboard import _pages
 from tenure._store import LeaseConnection, Store
 from tenure._text import json_text
 

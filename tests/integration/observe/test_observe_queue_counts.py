@@ -16,7 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tenure._observe._queues_page import SERIES, TOOLS_SHOWN, WINDOWS, queue_data
+from tenure import App
+from tenure._dashboard._queues_page import SERIES, TOOLS_SHOWN, WINDOWS, queue_data
 from tenure._store import Store
 
 pytestmark = pytest.mark.storage
@@ -120,11 +121,13 @@ def check_buckets(data: dict[str, Any], count: int, now: datetime) -> None:
     assert buckets[-1] >= now.astimezone(UTC).replace(second=0, microsecond=0)
 
 
-async def test_each_minute_of_the_hour_and_of_the_day(store: Store, tenure_dsn: str) -> None:
+async def test_each_minute_of_the_hour_and_of_the_day(
+    store: Store, ops: App, tenure_dsn: str
+) -> None:
     written = write(tenure_dsn, WRITTEN)
     for name, count in (("1h", 60), ("1d", 1440)):
         now = await store.db_now()
-        data = await queue_data(store, WINDOWS[name])
+        data = await queue_data(ops.admin, WINDOWS[name])
         check_buckets(data, count, now)
         want = expected(written, data["buckets"])
         got = series_of(data)
@@ -135,8 +138,8 @@ async def test_each_minute_of_the_hour_and_of_the_day(store: Store, tenure_dsn: 
         assert got == want, name
         assert not data["tools_cut"] and "busiest" not in data["fragments"]["queues"]
 
-    hour = series_of(await queue_data(store, WINDOWS["1h"]))
-    day = series_of(await queue_data(store, WINDOWS["1d"]))
+    hour = series_of(await queue_data(ops.admin, WINDOWS["1h"]))
+    day = series_of(await queue_data(ops.admin, WINDOWS["1d"]))
     # What the windows hold, spelled out (a clock that turned a minute since the rows were
     # written moves every row one bucket left; the first minute's rows then fall out).
     assert sum(hour["ocr"]["succeeded"]) == 3 and sum(day["ocr"]["succeeded"]) == 8
@@ -149,12 +152,12 @@ async def test_each_minute_of_the_hour_and_of_the_day(store: Store, tenure_dsn: 
 
 
 async def test_more_tools_than_shown_keeps_the_busiest_and_says_so(
-    store: Store, tenure_dsn: str
+    ops: App, tenure_dsn: str
 ) -> None:
     quiet = [(f"t{i:02d}", "queued", 3, 0, 1) for i in range(TOOLS_SHOWN + 3)]
     write(tenure_dsn, [*quiet, ("busy", "queued", 2, 0, 5), ("busy", "succeeded", 2, 1, 4)])
     for name in WINDOWS:
-        data = await queue_data(store, WINDOWS[name])
+        data = await queue_data(ops.admin, WINDOWS[name])
         shown = series_of(data)
         assert len(shown) == TOOLS_SHOWN and sum(shown["busy"]["queued"]) == 5
         assert data["tools_cut"] and data["tools_seen"] == TOOLS_SHOWN + 4

@@ -20,7 +20,7 @@ from tests.support.workers import Journal, WorkerGroup
 from tests.system.observe.conftest import workers  # noqa: F401
 
 from tenure import App
-from tenure._observe._dashboard import create_dashboard
+from tenure._dashboard._dashboard import create_dashboard
 from tenure._observe._http import ServerThread
 
 CHROMIUM = "/usr/bin/chromium"

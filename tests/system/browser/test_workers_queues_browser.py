@@ -18,7 +18,7 @@ from tests.support.charts import step_heights
 from tests.support.workers import Journal, WorkerGroup, wait_job
 
 from tenure import App
-from tenure._observe._dashboard import create_dashboard
+from tenure._dashboard._dashboard import create_dashboard
 from tenure._observe._http import ServerThread
 
 pytestmark = pytest.mark.storage

@@ -33,8 +33,8 @@ from tests.support.waiting import wait_until
 from tests.support.workers import Journal, WorkerGroup, wait_job
 
 import tenure
+from tenure._dashboard._dashboard import create_dashboard
 from tenure._errors import PermissionDenied
-from tenure._observe._dashboard import create_dashboard
 from tenure._observe._http import ServerThread
 from tenure._payload import fingerprint
 from tenure._store import MIGRATIONS_PACKAGE, Store, migrate

@@ -13,7 +13,7 @@ from tests.support.docs import ROOT, section
 
 from tenure import LeasePolicy
 from tenure._cli import _parser
-from tenure._observe._dashboard import create_dashboard
+from tenure._dashboard._dashboard import create_dashboard
 from tenure._policy import MAX_ATTEMPTS, MAX_LEASE, MAX_TIME_LIMIT, MIN_LEASE
 
 SOURCE = ROOT / "src" / "tenure"

@@ -24,8 +24,8 @@ from tests.support.workers import Journal, WorkerGroup, closing_app, wait_job
 
 import tenure
 from tenure import App
+from tenure._dashboard._dashboard import create_dashboard
 from tenure._embedded import EmbeddedPostgres
-from tenure._observe._dashboard import create_dashboard
 from tenure._observe._http import ServerThread
 from tenure._store import migrate
 

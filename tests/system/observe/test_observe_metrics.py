@@ -14,7 +14,7 @@ from tests.integration.store.helpers import new_job
 from tests.support.workers import Journal, WorkerGroup, wait_job
 
 from tenure import App
-from tenure._observe._dashboard import create_dashboard
+from tenure._dashboard._dashboard import create_dashboard
 from tenure._observe._events import EVENTS
 from tenure._observe._http import ServerThread
 from tenure._observe._metrics import LOSS_REASONS, NOT_EMITTED, OTHER, TOOL_CAP, ToolLabels

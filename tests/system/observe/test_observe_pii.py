@@ -22,7 +22,7 @@ from tests.support.workers import Journal, WorkerGroup
 
 from tenure import App
 from tenure._cli import main
-from tenure._observe._dashboard import create_dashboard
+from tenure._dashboard._dashboard import create_dashboard
 from tenure._observe._http import ServerThread
 
 

@@ -20,9 +20,9 @@ from tests.support.waiting import wait_until_async
 from tests.support.workers import WorkerGroup
 
 from tenure import App
-from tenure._observe._dashboard import create_dashboard
+from tenure._dashboard._dashboard import create_dashboard
+from tenure._dashboard._queues_page import WINDOWS, queue_data
 from tenure._observe._http import ServerThread
-from tenure._observe._queues_page import WINDOWS, queue_data
 from tenure._store import Store
 
 pytestmark = pytest.mark.storage
@@ -86,7 +86,7 @@ async def test_queued_running_outcomes_and_a_reclaim_per_minute(
     await wait_until_async(
         lambda: _oldest(store, "echo", 0.3), timeout=10, message="the oldest job never aged"
     )
-    before = by_tool(await queue_data(store, WINDOWS["1h"]))
+    before = by_tool(await queue_data(ops.admin, WINDOWS["1h"]))
     assert before["echo"]["queued_now"] == 3
     assert before["refuse"]["queued_now"] == 1
     assert sum(before["echo"]["series"]["queued"]) == 3
@@ -107,7 +107,7 @@ async def test_queued_running_outcomes_and_a_reclaim_per_minute(
         lambda: _owner(store, watched.id, "survivor"), timeout=20, message="never reclaimed"
     )
 
-    data = await queue_data(store, WINDOWS["1h"])
+    data = await queue_data(ops.admin, WINDOWS["1h"])
     tools = by_tool(data)
     assert len(data["buckets"]) == 60 and data["bucket_seconds"] == 60
     assert not data["tools_cut"]
@@ -140,7 +140,7 @@ async def test_queued_running_outcomes_and_a_reclaim_per_minute(
     expected = recount(tenure_dsn, data["buckets"], 60)
     for tool in TOOLS:
         assert tools[tool]["series"] == expected[tool], tool
-    day_data = await queue_data(store, WINDOWS["1d"])
+    day_data = await queue_data(ops.admin, WINDOWS["1d"])
     assert len(day_data["buckets"]) == 1440 and day_data["bucket_seconds"] == 60
     day_expected = recount(tenure_dsn, day_data["buckets"], 60)
     for tool in TOOLS:

@@ -16,10 +16,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tenure import App, PolicyError
+from tenure._dashboard._dashboard import check_bind
 from tenure._errors import ConfigError, ConnectionLost
 from tenure._log import Event, attach, log_event
 from tenure._maintenance._journal_pruner import JournalPrunerConfig
-from tenure._observe._dashboard import check_bind
 from tenure._observe._events import EVENTS, JOURNAL_KINDS, OWNERSHIP_KINDS, WRITER_KINDS
 from tenure._observe._http import bounded_dsn, is_loopback
 from tenure._observe._journal import JournalWriter, journal_key, payload_hmac, to_row

@@ -7,7 +7,7 @@ import random
 
 from tests.support.charts import step_heights
 
-from tenure._observe._queues_page import PLOT, step_path
+from tenure._dashboard._queues_page import PLOT, step_path
 
 
 def counts(d: str, peak: int) -> list[int]:

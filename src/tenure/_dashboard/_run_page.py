@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from .._store import ChildRow, StepRow, Store
+from .._app import Admin
 from . import _picture
 from ._pages import h, seconds
 
@@ -29,7 +29,7 @@ MAX_ROWS = 2000  # steps and children drawn; a longer run shows its first ones
 
 
 def _lanes(
-    steps: Sequence[StepRow], children: Sequence[ChildRow], now: datetime
+    steps: Sequence[Mapping[str, Any]], children: Sequence[Mapping[str, Any]], now: datetime
 ) -> list[dict[str, Any]]:
     lanes = []
     for step in steps:
@@ -135,7 +135,11 @@ def steps_table(lanes: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def totals(job: Mapping[str, Any], steps: Sequence[StepRow], children: Sequence[ChildRow]) -> str:
+def totals(
+    job: Mapping[str, Any],
+    steps: Sequence[Mapping[str, Any]],
+    children: Sequence[Mapping[str, Any]],
+) -> str:
     models = [s for s in steps if s["kind"] == "model"]
     tokens = {
         key: sum(int(s["detail"].get(key) or 0) for s in models)
@@ -165,12 +169,12 @@ def totals(job: Mapping[str, Any], steps: Sequence[StepRow], children: Sequence[
     )
 
 
-async def run_fragments(store: Store, job_id: int) -> dict[str, str]:
+async def run_fragments(admin: Admin, job_id: int) -> dict[str, str]:
     """The page's parts; JobNotFound for no such job."""
-    job = await store.job_detail(job_id)
-    steps = await store.job_step_rows(job_id, MAX_ROWS)
-    children = await store.job_children(job_id, MAX_ROWS)
-    timeline = await store.job_timeline(job_id)
+    job = await admin.job(job_id)
+    steps = await admin.steps(job_id, MAX_ROWS)
+    children = await admin.children(job_id, MAX_ROWS)
+    timeline = await admin.events(job_id)
     lanes = _lanes(steps, children, job["db_now"])
     return {
         "run-totals": totals(job, steps, children),

@@ -16,10 +16,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from .._errors import ConfigError
-from .._store import Store
 from ._pages import h, seconds
 
 SERIES = ("queued", "running", "succeeded", "failed", "reclaimed")
@@ -47,6 +46,24 @@ class Window:
         return self.seconds // self.bucket
 
 
+class QueueReads(Protocol):
+    """What the queues page reads: the App's admin (`Admin`), or anything with its reads."""
+
+    async def database_time(self) -> datetime: ...
+
+    async def queue_flow(
+        self, since: datetime, bucket_ms: int, tools: int
+    ) -> Sequence[Mapping[str, Any]]: ...
+
+    async def queue_arrivals(
+        self, since: datetime, bucket_ms: int, tools: int
+    ) -> Sequence[Mapping[str, Any]]: ...
+
+    async def queue_depth(self, cap: int) -> Sequence[Mapping[str, Any]]: ...
+
+    async def running_summary(self, cap: int) -> Sequence[Mapping[str, Any]]: ...
+
+
 WINDOWS = {"1h": Window("1h", 3600, 60), "1d": Window("1d", 86400, 60)}
 
 
@@ -58,17 +75,17 @@ def window_of(value: str | None) -> Window:
     return window
 
 
-async def queue_data(store: Store, window: Window) -> dict[str, Any]:
+async def queue_data(reads: QueueReads, window: Window) -> dict[str, Any]:
     """The series per tool, the queue now, and the rendered fragment."""
-    now = await store.db_now()
+    now = await reads.database_time()
     step = timedelta(seconds=window.bucket)
     last = _floor(now, window.bucket)
     buckets = [last - step * i for i in range(window.buckets - 1, -1, -1)]
     bucket_ms = window.bucket * 1000
-    flow = await store.queue_flow(buckets[0], bucket_ms, TOOLS_SHOWN)
-    arrivals = await store.queue_arrivals(buckets[0], bucket_ms, TOOLS_SHOWN)
-    depth = await store.queue_depth(SNAPSHOT_CAP)
-    running = await store.running_summary(SNAPSHOT_CAP)
+    flow = await reads.queue_flow(buckets[0], bucket_ms, TOOLS_SHOWN)
+    arrivals = await reads.queue_arrivals(buckets[0], bucket_ms, TOOLS_SHOWN)
+    depth = await reads.queue_depth(SNAPSHOT_CAP)
+    running = await reads.running_summary(SNAPSHOT_CAP)
     index = {b: i for i, b in enumerate(buckets)}
     tools: dict[str, dict[str, Any]] = {}
 
@@ -141,11 +158,11 @@ class QueueCharts:
         self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
         self._lock = asyncio.Lock()
 
-    async def read(self, store: Store, window: Window) -> dict[str, Any]:
+    async def read(self, reads: QueueReads, window: Window) -> dict[str, Any]:
         async with self._lock:
             at, data = self._cache.get(window.name, (0.0, {}))
             if time.monotonic() - at > TTL:
-                data = await queue_data(store, window)
+                data = await queue_data(reads, window)
                 self._cache[window.name] = (time.monotonic(), data)
             return data
 

@@ -1,6 +1,6 @@
 """The dashboard's workers page: who is alive, who went silent, and what each holds.
 
-Read from the workers registry (`Store.list_workers`: the leases are counted from the jobs
+Read from the workers registry (`Admin.workers`: the leases are counted from the jobs
 each worker owns, never stored twice). ``/api/workers`` returns the records and the page's
 fragment, so a script, a curl or the page's own poll reads the same thing.
 """
@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._store import Store, WorkerInfo
+from .._app import Admin
+from ..telemetry import WorkerInfo
 from ._pages import h, seconds
 
 WORKERS_LIMIT = 500
-LEASE_CAP = 100_000
 
 
-async def workers_data(store: Store) -> dict[str, Any]:
+async def workers_data(admin: Admin) -> dict[str, Any]:
     """The records and the rendered fragment, for the page and ``/api/workers``."""
-    workers = await store.list_workers(WORKERS_LIMIT, LEASE_CAP)
+    workers = await admin.workers(limit=WORKERS_LIMIT)
     return {"workers": workers, "fragments": {"workers": workers_table(workers)}}
 
 

@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from .._app import App
+from .._app import Admin, App
 from .._errors import (
     ConfigError,
     Conflict,
@@ -47,22 +47,21 @@ from .._errors import (
     PolicyError,
     StoreError,
 )
-from .._payload import MAX_PAYLOAD_BYTES, decode
-from .._search import page_of
-from .._store import Store
-from . import _explorer, _pages, _picture, _queues_page, _run_page, _workers_page
-from ._http import (
+from .._observe._http import (
     HostCheck,
     MetricsState,
     OriginCheck,
     ServerThread,
     allowed_names,
+    bounded_dsn,
     is_loopback,
     metrics_endpoint,
     parse_host,
     store_lifespan,
 )
-from ._metrics import DatabaseGauges, ToolLabels
+from .._observe._metrics import DatabaseGauges, ToolLabels
+from .._payload import MAX_PAYLOAD_BYTES, decode
+from . import _explorer, _pages, _picture, _queues_page, _run_page, _workers_page
 
 TOKEN_ENV = "TENURE_DASHBOARD_TOKEN"  # noqa: S105 - the variable's name, not a secret
 MIN_TOKEN = 16
@@ -75,7 +74,8 @@ MAX_FORM_BYTES = 4096
 MAX_FORM_FIELDS = 10
 MAX_BULK_FORM_BYTES = 8192  # a bulk form: its CSRF token, its action, up to MAX_BULK ids
 MAX_WAITPOINT_TOKEN = 200
-DASHBOARD_CONNECTIONS = 4
+METRICS_CONNECTIONS = 1
+READ_TIMEOUT_MS = 2000  # each statement a page reads, at most
 RUNNING_LIMIT = 200
 EVENTS_LIMIT = 40
 RUNS_LIMIT = 10  # on the overview
@@ -233,10 +233,10 @@ class _Charts:
         self._html = ""
         self._lock = asyncio.Lock()
 
-    async def render(self, store: Store) -> str:
+    async def render(self, admin: Admin) -> str:
         async with self._lock:
             if time.monotonic() - self._at > CHART_TTL:
-                rows = await store.throughput(
+                rows = await admin.outcomes(
                     round(CHART_WINDOW * 1000), round(CHART_BUCKET * 1000), CHART_CAP
                 )
                 self._html = _pages.charts(rows, CHART_WINDOW, CHART_BUCKET)
@@ -244,26 +244,28 @@ class _Charts:
             return self._html
 
 
-def _store(request: Request) -> Store:
-    store: Store = request.app.state.store
-    return store
+def _reads(request: Request) -> Admin:
+    """The admin the pages read through: the dashboard's own reading App's, every statement
+    under READ_TIMEOUT_MS (a slow read cannot hang a page)."""
+    admin: Admin = request.app.state.reads
+    return admin
 
 
 async def _overview_fragments(request: Request) -> dict[str, str]:
-    store = _store(request)
-    running = await store.running_leases(RUNNING_LIMIT)
-    now = running[0]["db_now"] if running else await store.db_now()
+    admin = _reads(request)
+    running = await admin.held_leases(RUNNING_LIMIT)
+    now = running[0]["db_now"] if running else await admin.database_time()
     return {
         "running": _pages.running_table(running, now),
-        "waiting": _pages.waiting_table(await store.open_waitpoints(RUNNING_LIMIT)),
-        "events": _pages.events_table(await store.notable_events(EVENTS_LIMIT), with_job=True),
-        "charts": await request.app.state.charts.render(store),
-        "pipelines": _pages.pipelines_table(await store.pipeline_runs(RUNS_LIMIT)),
+        "waiting": _pages.waiting_table(await admin.open_waitpoints(RUNNING_LIMIT)),
+        "events": _pages.events_table(await admin.notable_events(EVENTS_LIMIT), with_job=True),
+        "charts": await request.app.state.charts.render(admin),
+        "pipelines": _pages.pipelines_table(await admin.pipeline_runs(RUNS_LIMIT)),
     }
 
 
 async def _pipelines_fragments(request: Request) -> dict[str, str]:
-    return {"pipelines": _pages.pipelines_table(await _store(request).pipeline_runs(RUNS_PAGE))}
+    return {"pipelines": _pages.pipelines_table(await _reads(request).pipeline_runs(RUNS_PAGE))}
 
 
 async def pipelines_page(request: Request) -> Response:
@@ -279,7 +281,7 @@ async def pipelines_api(request: Request) -> Response:
 async def run_page(request: Request) -> Response:
     """One run: its graph, each stage box a link to its job."""
     run_id = request.path_params["run_id"]
-    run = await _store(request).pipeline_run(run_id)
+    run = await _reads(request).pipeline_run(run_id)
     if run is None:
         return HTMLResponse(
             _pages.page("not found", f"<p>No run {run_id}.</p>", poll="", interval=0, csrf=None),
@@ -290,18 +292,18 @@ async def run_page(request: Request) -> Response:
 
 
 async def run_api(request: Request) -> Response:
-    run = await _store(request).pipeline_run(request.path_params["run_id"])
+    run = await _reads(request).pipeline_run(request.path_params["run_id"])
     if run is None:
         return JSONResponse({"error": "no such run"}, status_code=404)
     return JSONResponse({"run": _pages.pipeline_run(run), "run-state": _pages.h(run["state"])})
 
 
 async def _job_fragments(request: Request, job_id: int) -> dict[str, str]:
-    store = _store(request)
-    job = await store.job_detail(job_id)
+    admin = _reads(request)
+    job = await admin.job(job_id)
     sessions: _Sessions = request.app.state.sessions
     csrf = sessions.csrf(sessions.session(request))
-    timeline = await store.job_timeline(job_id)
+    timeline = await admin.events(job_id)
     return {
         "summary": _pages.job_summary(job, csrf=csrf, can_act=csrf is not None),
         "picture": _picture.picture(job, timeline),
@@ -329,13 +331,13 @@ async def overview_api(request: Request) -> Response:
 
 
 async def workers_page(request: Request) -> Response:
-    data = await _workers_page.workers_data(_store(request))
+    data = await _workers_page.workers_data(_reads(request))
     body = _workers_page.workers_body(data["fragments"]["workers"])
     return _html(request, "workers", body, "/api/workers")
 
 
 async def workers_api(request: Request) -> Response:
-    return _json(await _workers_page.workers_data(_store(request)))
+    return _json(await _workers_page.workers_data(_reads(request)))
 
 
 async def queues_page(request: Request) -> Response:
@@ -348,7 +350,7 @@ async def queues_page(request: Request) -> Response:
             ),
             status_code=400,
         )
-    data = await request.app.state.queues.read(_store(request), window)
+    data = await request.app.state.queues.read(_reads(request), window)
     body = _queues_page.queues_body(data["fragments"]["queues"], window)
     # The figures change at most every TTL seconds: polling faster would fetch the same
     # day of per-minute series again and again.
@@ -361,7 +363,7 @@ async def queues_api(request: Request) -> Response:
         window = _queues_page.window_of(request.query_params.get("window"))
     except ConfigError as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
-    return _json(await request.app.state.queues.read(_store(request), window))
+    return _json(await request.app.state.queues.read(_reads(request), window))
 
 
 def _json(data: object) -> Response:
@@ -408,7 +410,7 @@ async def durable_run_page(request: Request) -> Response:
     """A durable run's steps on one time axis, its tools' jobs, its totals (_run_page)."""
     job_id = request.path_params["job_id"]
     try:
-        fragments = await _run_page.run_fragments(_store(request), _job_id(request))
+        fragments = await _run_page.run_fragments(_reads(request), _job_id(request))
     except JobNotFound:
         return HTMLResponse(
             _pages.page("not found", f"<p>No job {job_id}.</p>", poll="", interval=0, csrf=None),
@@ -421,14 +423,14 @@ async def durable_run_page(request: Request) -> Response:
 
 async def durable_run_api(request: Request) -> Response:
     try:
-        return JSONResponse(await _run_page.run_fragments(_store(request), _job_id(request)))
+        return JSONResponse(await _run_page.run_fragments(_reads(request), _job_id(request)))
     except JobNotFound:
         return JSONResponse({"error": "no such job"}, status_code=404)
 
 
 def _tenure(request: Request) -> App:
-    """The App whose client and admin every action goes through (the dashboard's reads
-    stay on its read-only store, every statement under a timeout)."""
+    """The App whose client and admin every action goes through (the pages read through
+    the dashboard's own reading App, `_reads`)."""
     app: App = request.app.state.tenure
     return app
 
@@ -504,7 +506,7 @@ async def jobs_page(request: Request) -> Response:
         body = _explorer.explorer(query, None, error=str(exc), csrf=csrf, can_act=False)
         page = _pages.page("jobs", body, poll="", interval=0, csrf=csrf)
         return HTMLResponse(page, status_code=400)
-    found = page_of(await _store(request).search_jobs(search), search)
+    found = await _reads(request).search_page(search)
     body = _explorer.explorer(query, found, error=None, csrf=csrf, can_act=csrf is not None)
     return _html(request, "jobs", body, "")
 
@@ -515,7 +517,7 @@ async def jobs_api(request: Request) -> Response:
         search = _explorer.search_from(dict(request.query_params))
     except InvalidSearch as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
-    found = page_of(await _store(request).search_jobs(search), search)
+    found = await _reads(request).search_page(search)
     return JSONResponse(_explorer.listing_json(found))
 
 
@@ -637,23 +639,24 @@ async def static(request: Request) -> Response:
     name = request.path_params["name"]
     if name not in STATIC:
         return Response(status_code=404)
-    text = resources.files("tenure._observe").joinpath("static", name).read_text("utf-8")
+    text = resources.files("tenure._dashboard").joinpath("static", name).read_text("utf-8")
     return Response(text, media_type=STATIC[name])
 
 
 def _lifespan(
-    dsn: str, tenure: App, owned: bool
+    dsn: str, tenure: App, reading: App, owned: bool
 ) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
-    """The read store for the pages, and the App's connections closed at the end (when
-    the dashboard made the App)."""
-    stores = store_lifespan(dsn, DASHBOARD_CONNECTIONS)
+    """/metrics' one-connection store (tenure._observe._http's, for its gauges); at the end
+    the reading App's connections closed, and the App's too when the dashboard made it."""
+    metrics = store_lifespan(dsn, METRICS_CONNECTIONS)
 
     @asynccontextmanager
     async def lifespan(board: Starlette) -> AsyncIterator[None]:
-        async with stores(board):
+        async with metrics(board):
             try:
                 yield
             finally:
+                await reading.aclose()
                 if owned:
                     await tenure.aclose()
 
@@ -676,13 +679,16 @@ def create_dashboard(
     (``name`` or ``name:port``): list the names a proxy or DNS gives it.
 
     Cancel, retry and the waitpoint webhook go through ``app``'s client and admin (an
-    App on ``dsn`` that never migrates, when not given).
+    App on ``dsn`` that never migrates, when not given); the pages read through the
+    admin of an App of the dashboard's own on ``dsn``, every statement under
+    READ_TIMEOUT_MS.
     """
     if access_token is not None and len(access_token) < MIN_TOKEN:
         raise ConfigError(f"the dashboard's access token must be at least {MIN_TOKEN} characters")
     allowed_names(allowed_hosts)  # now, not at the first request
     labels = labels or ToolLabels()
     tenure = app if app is not None else App(dsn, migrate=False)
+    reading = App(bounded_dsn(dsn, READ_TIMEOUT_MS), migrate=False)
     board = Starlette(
         routes=[
             Route("/", overview),
@@ -714,11 +720,12 @@ def create_dashboard(
             Middleware(OriginCheck, headers=SECURITY_HEADERS),
             Middleware(_Guard),
         ],
-        lifespan=_lifespan(dsn, tenure, owned=app is None),
+        lifespan=_lifespan(dsn, tenure, reading, owned=app is None),
         exception_handlers={StoreError: _store_refused},
     )
     board.router.redirect_slashes = False  # no URL of ours ends in "/", so none to redirect to
     board.state.tenure = tenure
+    board.state.reads = reading.admin
     board.state.sessions = _Sessions(access_token)
     board.state.charts = _Charts()
     board.state.queues = _queues_page.QueueCharts()
