@@ -77,8 +77,10 @@ def build_app(dsn: str | None = None) -> App:
 
     @tool()
     async def hold(ctx: Context, note: str, seconds: float = 60.0) -> dict[str, Any]:
-        """The first attempt waits (to be killed or stopped); the next ones return."""
+        """The first attempt says it is holding (its call is running), then waits (to be
+        killed or stopped); the next ones return."""
         if ctx.attempt == 1:
+            ctx.report_progress(0, message="holding")
             await asyncio.sleep(seconds)
         return {"attempt": ctx.attempt, "memo": RESULT_MARK}
 

@@ -128,7 +128,9 @@ async def test_a_parent_waits_for_its_children_holding_nothing(app: App, tenure_
             ),
             timeout=20,
         )
-        assert held(tenure_dsn) == {"running": 1, "leases": 1, "waiting": 1}  # the slow child
+        # the slow child, once claimed (its claim can come after the fast one's end)
+        expected = {"running": 1, "leases": 1, "waiting": 1}
+        await wait_until_async(lambda: held(tenure_dsn) == expected, timeout=20)
         wait = rows(tenure_dsn, "SELECT kind, state, waiting_on FROM tenure_waitpoints")
         (slow,) = rows(tenure_dsn, "SELECT id FROM tenure_jobs WHERE payload->>'name' = 'slow'")
         assert wait == [{"kind": "children", "state": "open", "waiting_on": [slow["id"]]}]

@@ -146,6 +146,9 @@ def test_a_stopped_owner_reports_its_lost_lease_in_the_same_trace(
     job = stage.producer.sync.enqueue("hold", {"note": PAYLOAD_MARK})
     first = workers.spawn_traced("w1")
     wait_spans(workers, "tenure.claim", "the first claim", **{"tenure.worker": "w1"})
+    # stopped inside its call (not between the claim and the call, where a loss found on
+    # waking has no call span to sit under yet)
+    wait_until(lambda: stage.journal.job(job.id)["progress"] is not None, timeout=30)
     first.pause()
     workers.spawn_traced("w2")
     stage.wait_state(job.id, "succeeded")
