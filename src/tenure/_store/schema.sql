@@ -1,12 +1,12 @@
 -- tenure's schema as it stands after every migration, in one file, for reading.
 --
--- As of migration: 0022_waits
+-- As of migration: 0023_sessions
 --
 -- Nothing applies this file: `tenure migrate` runs migrations/*.sql in order, and that is
 -- the only way tenure's tables are made. This file is what those migrations add up to,
 -- written out once in dependency order with a short note on why each thing is there (the
--- migration that made it, 0001-0022, says more). Statements that migrations later replaced
--- are shown only in their current form: tenure_admit (0004, replaced in 0005), the claim
+-- migration that made it, 0001-0023, says more). Statements that migrations later replaced
+-- are shown only in their current form: tenure_admit (0004, replaced in 0005 and 0023), the claim
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
 -- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
 --
@@ -172,6 +172,11 @@ CREATE TABLE tenure_jobs (
     -- end takes it out of the parent's children wait (tenure_child_ended below). No foreign
     -- key: either may be pruned first.
     parent_id         bigint,
+    -- (0023) The tool's (capped) lease for the current attempt when the lease follows its
+    -- owner's session (tenure_sessions below): the lease then ends at
+    -- greatest(lease_until, the session's beat_at + lease_ms) (tenure_lease_end). NULL: the
+    -- lease is lease_until alone, extended row by row (claimed before 0023, or frozen).
+    lease_ms          integer     CHECK (lease_ms > 0),
     CONSTRAINT running_has_lease
         CHECK (state <> 'running' OR (owner IS NOT NULL AND lease_until IS NOT NULL)),
     CONSTRAINT concurrency_key_has_limit
@@ -218,6 +223,16 @@ CREATE INDEX tenure_jobs_created ON tenure_jobs (created_at, id)
 -- Idempotency keys belong to their tenant: two tenants may use the same key for different
 -- calls and never see each other's job. Pipeline stages keep their keys in tenant ''.
 CREATE UNIQUE INDEX tenure_jobs_tenant_key ON tenure_jobs (tenant, idempotency_key);
+
+-- (0023) A stale session's running jobs (the reaper's walk). Partial on `lease_ms IS NOT NULL`,
+-- a predicate no by-id statement states, so the planner can never take it for one.
+CREATE INDEX tenure_jobs_session_leases ON tenure_jobs (owner)
+    WHERE state = 'running' AND lease_ms IS NOT NULL;
+
+-- (0023) Leases of their own row that ran out (the claim's reclaim branch, the rescuer):
+-- never the session leases, whose lease_until is only where the claim put it.
+CREATE INDEX tenure_jobs_row_leases ON tenure_jobs (lease_until)
+    WHERE state = 'running' AND lease_ms IS NULL;
 
 -- (0022) A run's children, for the run page; only children are in it.
 CREATE INDEX tenure_jobs_parent ON tenure_jobs (parent_id) WHERE parent_id IS NOT NULL;
@@ -341,6 +356,7 @@ BEGIN
              FROM tenure_jobs j
              WHERE j.lease_until < v_now
                AND j.state = 'running'
+               AND j.lease_ms IS NULL
                AND j.held
                AND j.attempt < j.max_attempts
                AND j.tool = ANY(p_tools)
@@ -363,10 +379,14 @@ BEGIN
                 IF pg_try_advisory_xact_lock(2116944900, hashtext(c.key)) THEN
                     DELETE FROM tenure_concurrency_slots s
                     WHERE s.concurrency_key = c.key
-                      AND NOT EXISTS (SELECT FROM tenure_jobs r
-                                      WHERE r.id = s.job_id
-                                        AND r.state = 'running'
-                                        AND r.lease_until > clock_timestamp());
+                      AND NOT EXISTS (
+                          SELECT FROM tenure_jobs r
+                          WHERE r.id = s.job_id
+                            AND r.state = 'running'
+                            AND tenure_lease_end(r.lease_until, r.lease_ms,
+                                                 (SELECT o.beat_at FROM tenure_sessions o
+                                                  WHERE o.owner = r.owner))
+                                > clock_timestamp());
                     locked := locked || c.key;
                     live := live || (SELECT count(*)::integer FROM tenure_concurrency_slots s
                                      WHERE s.concurrency_key = c.key);
@@ -383,7 +403,8 @@ BEGIN
               AND r.held
               AND r.concurrency_key = c.key
               AND CASE WHEN r.state = 'running'
-                       THEN r.lease_until < clock_timestamp() AND r.attempt < r.max_attempts
+                       THEN r.lease_ms IS NULL AND r.lease_until < clock_timestamp()
+                            AND r.attempt < r.max_attempts
                        ELSE r.state = 'queued' AND r.run_after <= clock_timestamp() END
             FOR UPDATE SKIP LOCKED;
             CONTINUE WHEN NOT FOUND;
@@ -731,3 +752,59 @@ $$;
 
 -- The worker pruner's walk of rows not seen since its horizon.
 CREATE INDEX tenure_workers_last_seen ON tenure_workers (last_seen_at);
+
+
+-- == Sessions ================================================================================
+
+-- (0023) One row per worker process that claimed under a session: beat_at is its last confirmed
+-- beat on the database's clock; '-infinity' marks a session found stale, which never beats
+-- again. min_lease_ms is the shortest lease of its tools: a beat later than that after the
+-- previous one is refused (zero rows: every lease of the process is lost), so a late beat
+-- never revives a lease. Fillfactor 50: the beat is a HOT update.
+CREATE TABLE tenure_sessions (
+    owner        text        PRIMARY KEY CHECK (length(owner) BETWEEN 1 AND 200),
+    beat_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    min_lease_ms integer     NOT NULL CHECK (min_lease_ms > 0)
+) WITH (fillfactor = 50);
+
+-- (0023) A job's lease end from its row and its owner's beat (NULL when it has no session). Plain
+-- SQL, so the planner inlines it; callers pass the beat, read in the same statement.
+CREATE FUNCTION tenure_lease_end(p_lease_until timestamptz, p_lease_ms integer,
+                                 p_beat_at timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN p_lease_ms IS NULL THEN p_lease_until
+                ELSE greatest(p_lease_until, p_beat_at + p_lease_ms * interval '1 millisecond')
+           END
+$$;
+
+-- Stale sessions: a session whose last beat is older than its shortest lease is dead. Each of
+-- its running jobs is frozen where its lease stands (a lease of its own row from then on: an
+-- expired one is reclaimed like any other, a live one runs out or is extended by its owner
+-- row by row), and the session is marked '-infinity', so it never beats again. A dead
+-- session with nothing left is deleted. Sessions a claim holds (FOR KEY SHARE) are skipped,
+-- so a job claimed under a session that is dying is frozen by the next pass, never lost.
+-- Called by every claim and by the rescuer; returns how many jobs it froze.
+CREATE FUNCTION tenure_reap_sessions() RETURNS integer
+LANGUAGE sql VOLATILE AS $$
+    WITH stale AS (
+        SELECT s.owner, s.beat_at FROM tenure_sessions s
+        WHERE s.beat_at + s.min_lease_ms * interval '1 millisecond' < clock_timestamp()
+        FOR UPDATE SKIP LOCKED
+    ), frozen AS (
+        UPDATE tenure_jobs j
+        SET lease_ms = NULL,
+            lease_until = tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at)
+        FROM stale s
+        WHERE j.owner = s.owner AND j.state = 'running' AND j.lease_ms IS NOT NULL
+        RETURNING j.id, j.owner
+    ), dead AS (
+        UPDATE tenure_sessions t SET beat_at = '-infinity'
+        FROM stale s WHERE t.owner = s.owner AND s.beat_at > '-infinity'
+    ), gone AS (
+        DELETE FROM tenure_sessions t
+        USING stale s
+        WHERE t.owner = s.owner AND s.beat_at = '-infinity'
+          AND NOT EXISTS (SELECT FROM frozen f WHERE f.owner = s.owner)
+    )
+    SELECT count(*)::integer FROM frozen
+$$;

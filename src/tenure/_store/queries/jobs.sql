@@ -57,12 +57,30 @@ RETURNING id, idempotency_key
 WITH policy AS (
     SELECT * FROM unnest(%(tools)b::text[], %(lease_ms)b::integer[]) AS p(tool, lease_ms)
 ), clock AS (
-    SELECT clock_timestamp() AS now
+    -- Stale sessions first (migration 0023): their jobs' leases are frozen where they stand,
+    -- for this claim's successors to take (this statement's snapshot predates the freeze).
+    SELECT clock_timestamp() AS now, tenure_reap_sessions() AS reaped
+), opened AS (
+    -- The claimer's session, made by its first claim: its beat starts now, and no job follows
+    -- it yet (a data-modifying CTE runs whether or not anything reads it).
+    INSERT INTO tenure_sessions (owner, min_lease_ms)
+    SELECT %(owner)s, min(p.lease_ms) FROM policy p
+    ON CONFLICT (owner) DO NOTHING
+    RETURNING owner
+), session AS (
+    -- Jobs follow the session only while it is alive; KEY SHARE keeps the reaper from marking
+    -- it dead until this claim has committed (it skips a locked session).
+    SELECT s.owner FROM tenure_sessions s
+    WHERE s.owner = %(owner)s
+      AND s.beat_at + s.min_lease_ms * interval '1 millisecond' > (SELECT now FROM clock)
+    FOR KEY SHARE
 ), expired AS (
+    -- Leases of their own row that ran out (tenure_jobs_row_leases).
     SELECT j.id, j.owner AS previous_owner, j.token AS previous_token
     FROM tenure_jobs j
     WHERE j.lease_until < (SELECT now FROM clock)
       AND j.state = 'running'
+      AND j.lease_ms IS NULL
       AND j.attempt < j.max_attempts
       AND NOT j.held
       AND j.tool = ANY(%(tools)b::text[])
@@ -88,6 +106,10 @@ WITH policy AS (
         token = nextval('tenure_fence_token'),
         attempt = j.attempt + 1,
         lease_until = clock_timestamp() + p.lease_ms * interval '1 millisecond',
+        -- The lease follows the claimer's session when it has a live one (a brand-new one
+        -- counts: its first beat is this claim's), else it is the row's own.
+        lease_ms = CASE WHEN EXISTS (SELECT FROM session) OR EXISTS (SELECT FROM opened)
+                        THEN p.lease_ms END,
         heartbeat_at = clock_timestamp(),
         claimed_at = clock_timestamp(),
         updated_at = clock_timestamp(),
@@ -128,21 +150,65 @@ SELECT c.*, clock_timestamp() AS db_now FROM claimed c ORDER BY c.token
 
 -- name: next_expiry
 -- Seconds until the earliest lease of another owner on one of these tools runs out, so an
--- idle worker wakes to reclaim it when it expires instead of at its next poll. Walks
--- tenure_jobs_lease_until from the earliest lease; NULL when nothing else is running.
-SELECT extract(epoch FROM j.lease_until - clock_timestamp())::float8 AS seconds
-FROM tenure_jobs j
-WHERE j.lease_until IS NOT NULL
-  AND j.state = 'running'
-  AND j.owner <> %(owner)s
-  AND j.tool = ANY(%(tools)s::text[])
-ORDER BY j.lease_until
-LIMIT 1
+-- idle worker wakes to reclaim it when it expires instead of at its next poll: a lease of
+-- its own row (tenure_jobs_row_leases from the earliest), or a session going stale (its
+-- jobs are frozen by the claim that finds it, and taken by the next). No row when nothing
+-- else is running.
+SELECT extract(epoch FROM e.at - clock_timestamp())::float8 AS seconds
+FROM (SELECT least(
+        (SELECT j.lease_until FROM tenure_jobs j
+         WHERE j.lease_until IS NOT NULL
+           AND j.state = 'running'
+           AND j.lease_ms IS NULL
+           AND j.owner <> %(owner)s
+           AND j.tool = ANY(%(tools)s::text[])
+         ORDER BY j.lease_until
+         LIMIT 1),
+        (SELECT min(s.beat_at + s.min_lease_ms * interval '1 millisecond')
+         FROM tenure_sessions s
+         WHERE s.owner <> %(owner)s
+           AND EXISTS (SELECT FROM tenure_jobs j
+                       WHERE j.owner = s.owner AND j.state = 'running'
+                         AND j.lease_ms IS NOT NULL AND j.tool = ANY(%(tools)s::text[])))
+      ) AS at) e
+WHERE e.at IS NOT NULL
 
 -- name: extend_leases
+-- The heartbeat thread's one statement per tick. (id, token, lease_ms) lists every lease the
+-- process holds whose executor is observable. Leases that follow the process's session
+-- (migration 0023) are all extended by one update of the session row, refused (zero rows for
+-- every one of them) once its previous beat is older than its shortest lease, so a late beat
+-- revives nothing. Leases of their own row (claimed before 0023, or frozen) are extended
+-- row by row as before. A session lease left out of the list (its executor became
+-- unobservable, or the process forgot it) and claimed before the previous beat is frozen
+-- where it stands, and so is a listed one whose lease already ended: from then on it is a
+-- lease of its own row, which runs out unless its owner extends it again.
 WITH held AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(lease_ms)s::integer[])
         AS h(id, token, lease_ms)
+), previous AS (
+    SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = %(owner)s
+), mine AS (
+    -- This process's session leases (tenure_jobs_session_leases), as of the previous beat.
+    SELECT j.id, j.token, j.lease_ms, j.claimed_at,
+           tenure_lease_end(j.lease_until, j.lease_ms, (SELECT beat_at FROM previous)) AS ends
+    FROM tenure_jobs j
+    WHERE j.owner = %(owner)s AND j.state = 'running' AND j.lease_ms IS NOT NULL
+), beat AS (
+    UPDATE tenure_sessions s
+    SET beat_at = clock_timestamp()
+    WHERE s.owner = %(owner)s
+      AND s.beat_at + s.min_lease_ms * interval '1 millisecond' > clock_timestamp()
+    RETURNING s.beat_at
+), frozen AS (
+    UPDATE tenure_jobs j
+    SET lease_ms = NULL, lease_until = m.ends
+    FROM mine m LEFT JOIN held h ON h.id = m.id AND h.token = m.token
+    WHERE j.id = m.id AND j.token = m.token AND j.state = 'running'
+      AND j.lease_ms IS NOT NULL
+      AND (m.ends <= clock_timestamp()
+           OR (h.id IS NULL AND m.claimed_at < (SELECT beat_at FROM previous)))
+    RETURNING j.id
 ), extended AS (
     UPDATE tenure_jobs j
     SET lease_until = clock_timestamp() + h.lease_ms * interval '1 millisecond',
@@ -152,6 +218,7 @@ WITH held AS (
       AND j.token = h.token
       AND j.owner = %(owner)s
       AND j.state = 'running'
+      AND j.lease_ms IS NULL
       AND j.lease_until > clock_timestamp()
     RETURNING j.id, j.lease_until
 ), seen AS (
@@ -161,8 +228,15 @@ WITH held AS (
     -- registered, which costs nothing.
     UPDATE tenure_workers SET last_seen_at = clock_timestamp() WHERE name = %(owner)s
 )
-SELECT h.id, e.lease_until, clock_timestamp() AS db_now
-FROM held h LEFT JOIN extended e ON e.id = h.id
+SELECT h.id,
+       coalesce(e.lease_until,
+                CASE WHEN m.ends > clock_timestamp()
+                     THEN (SELECT b.beat_at FROM beat b) + m.lease_ms * interval '1 millisecond'
+                END) AS lease_until,
+       clock_timestamp() AS db_now
+FROM held h
+LEFT JOIN extended e ON e.id = h.id
+LEFT JOIN mine m ON m.id = h.id AND m.token = h.token
 
 -- name: finish_many
 WITH outcome AS (
@@ -204,7 +278,9 @@ WITH outcome AS (
       AND j.token = o.token
       AND j.owner = %(owner)s
       AND j.state = 'running'
-      AND j.lease_until > clock_timestamp()
+      AND tenure_lease_end(j.lease_until, j.lease_ms,
+                           (SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = j.owner))
+          > clock_timestamp()
     RETURNING j.id, j.tool, j.token, j.attempt, j.state, o.error ->> 'code' AS code,
               o.attempt_refund, j.payload_hmac,
               (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000)::bigint AS ran_ms
@@ -255,7 +331,9 @@ WITH reported AS (
       AND j.token = p.token
       AND j.owner = %(owner)s
       AND j.state = 'running'
-      AND j.lease_until > clock_timestamp()
+      AND tenure_lease_end(j.lease_until, j.lease_ms,
+                           (SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = j.owner))
+          > clock_timestamp()
     RETURNING j.id
 ), notified AS (
     SELECT tenure_notify('tenure_progress', array_agg(w.id::text)) AS n FROM written w
@@ -286,7 +364,11 @@ LIMIT %(limit)s
 WITH target AS (
     -- Locked first: FOR UPDATE hands back the row as it stands once the lock is ours, so
     -- held_until includes an extension that committed while this statement waited for it.
-    SELECT id, state AS was, lease_until FROM tenure_jobs
+    SELECT id, state AS was,
+           tenure_lease_end(lease_until, lease_ms, (SELECT s.beat_at FROM tenure_sessions s
+                                                    WHERE s.owner = tenure_jobs.owner))
+               AS lease_until
+    FROM tenure_jobs
     WHERE id = %(id)s AND state IN ('queued', 'running', 'waiting')
     FOR UPDATE
 ), cancelled AS (
@@ -378,12 +460,14 @@ WITH retried AS (
 SELECT * FROM retried
 
 -- name: fail_exhausted_leases
+-- Stale sessions are reaped first (their jobs frozen), for the rescuer's next round.
 WITH clock AS (
-    SELECT clock_timestamp() AS now
+    SELECT clock_timestamp() AS now, tenure_reap_sessions() AS reaped
 ), exhausted AS (
     SELECT id FROM tenure_jobs
     WHERE lease_until < (SELECT now FROM clock)
       AND state = 'running'
+      AND lease_ms IS NULL
       AND attempt >= max_attempts
     ORDER BY lease_until
     LIMIT %(limit)s

@@ -84,21 +84,30 @@ LIMIT %(limit)s
 -- name: job_detail
 -- Everything about a job an operator may see; the error's code, never its message. Progress
 -- is shown as the tool reported it (its message is the tool's own words, on this row only).
-SELECT id, tool, state, idempotency_key, attempt, max_attempts, token, owner, lease_until,
-       heartbeat_at, claimed_at, run_after, priority, created_at, updated_at, finished_at,
-       error ->> 'code' AS code, payload_hmac, tenant, progress, clock_timestamp() AS db_now
-FROM tenure_jobs
-WHERE id = %(id)s
+-- A session lease (0023) shows its end and its last beat as its owner's session has them.
+SELECT j.id, j.tool, j.state, j.idempotency_key, j.attempt, j.max_attempts, j.token, j.owner,
+       tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) AS lease_until,
+       CASE WHEN j.lease_ms IS NULL THEN j.heartbeat_at
+                   ELSE greatest(j.heartbeat_at, s.beat_at) END AS heartbeat_at,
+       j.claimed_at, j.run_after, j.priority, j.created_at, j.updated_at, j.finished_at,
+       j.error ->> 'code' AS code, j.payload_hmac, j.tenant, j.progress,
+       clock_timestamp() AS db_now
+FROM tenure_jobs j LEFT JOIN tenure_sessions s ON s.owner = j.owner
+WHERE j.id = %(id)s
 
 -- name: running_leases
 -- Held leases, closest to expiry first (an expired one still 'running' awaits its reclaim).
 -- lease_until is NULL outside 'running', so the range scan of tenure_jobs_lease_until reads
 -- held leases only, however many finished rows the table keeps.
-SELECT id, tool, attempt, max_attempts, token, owner, claimed_at, heartbeat_at, lease_until,
+-- Ordered by the end the claim gave a session lease (0023), which its beats have moved on.
+SELECT j.id, j.tool, j.attempt, j.max_attempts, j.token, j.owner, j.claimed_at,
+       CASE WHEN j.lease_ms IS NULL THEN j.heartbeat_at
+                   ELSE greatest(j.heartbeat_at, s.beat_at) END AS heartbeat_at,
+       tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) AS lease_until,
        clock_timestamp() AS db_now
-FROM tenure_jobs
-WHERE lease_until > '-infinity' AND state = 'running'
-ORDER BY lease_until
+FROM tenure_jobs j LEFT JOIN tenure_sessions s ON s.owner = j.owner
+WHERE j.lease_until > '-infinity' AND j.state = 'running'
+ORDER BY j.lease_until
 LIMIT %(limit)s
 
 -- name: running_summary
@@ -107,8 +116,11 @@ SELECT tool, count(*) AS running,
        extract(epoch FROM min(lease_until) - clock_timestamp())::float8 AS lease_remaining_min,
        extract(epoch FROM clock_timestamp() - min(heartbeat_at))::float8 AS heartbeat_age_max
 FROM (
-    SELECT tool, lease_until, heartbeat_at FROM tenure_jobs
-    WHERE lease_until > '-infinity' AND state = 'running'
+    SELECT j.tool, tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) AS lease_until,
+           CASE WHEN j.lease_ms IS NULL THEN j.heartbeat_at
+                   ELSE greatest(j.heartbeat_at, s.beat_at) END AS heartbeat_at
+    FROM tenure_jobs j LEFT JOIN tenure_sessions s ON s.owner = j.owner
+    WHERE j.lease_until > '-infinity' AND j.state = 'running'
     LIMIT %(cap)s
 ) AS held
 GROUP BY tool

@@ -69,7 +69,9 @@ WITH owned AS (
       -- A running job under a live lease; or, for a verdict recorded from outside (no owner),
       -- a gate's job waiting at its waitpoint under the same token: no lease to check there,
       -- but the waitpoint's deadline (the database's clock), as for any answer.
-      AND ((j.state = 'running' AND j.lease_until > clock_timestamp())
+      AND ((j.state = 'running' AND tenure_lease_end(j.lease_until, j.lease_ms,
+                           (SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = j.owner))
+          > clock_timestamp())
            OR (%(owner)s::text IS NULL AND j.state = 'waiting'
                AND NOT EXISTS (SELECT 1 FROM tenure_waitpoints w
                                WHERE w.job_id = j.id AND w.state = 'open'

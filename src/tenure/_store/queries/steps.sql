@@ -18,7 +18,9 @@ WITH owned AS (
       AND j.token = %(token)s
       AND j.owner = %(owner)s
       AND j.state = 'running'
-      AND j.lease_until > clock_timestamp()
+      AND tenure_lease_end(j.lease_until, j.lease_ms,
+                           (SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = j.owner))
+          > clock_timestamp()
     FOR SHARE
 ), recorded AS (
     INSERT INTO tenure_steps (job_id, name, kind, result, token, attempt, duration_ms, detail)
@@ -63,7 +65,9 @@ WHERE j.id = %(id)s
   AND j.token = %(token)s
   AND j.owner = %(owner)s
   AND j.state = 'running'
-  AND j.lease_until > clock_timestamp()
+  AND tenure_lease_end(j.lease_until, j.lease_ms,
+                           (SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = j.owner))
+          > clock_timestamp()
 FOR SHARE
 
 -- name: child_outcomes

@@ -28,7 +28,9 @@ WITH suspended AS (
       AND j.token = %(token)s
       AND j.owner = %(owner)s
       AND j.state = 'running'
-      AND j.lease_until > clock_timestamp()
+      AND tenure_lease_end(j.lease_until, j.lease_ms,
+                           (SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = j.owner))
+          > clock_timestamp()
     RETURNING j.id, j.tool, j.token, j.attempt, j.payload_hmac,
               (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000)::bigint AS ran_ms
 ), reopened AS (
@@ -113,7 +115,9 @@ WITH kids AS (
       AND j.token = %(token)s
       AND j.owner = %(owner)s
       AND j.state = 'running'
-      AND j.lease_until > clock_timestamp()
+      AND tenure_lease_end(j.lease_until, j.lease_ms,
+                           (SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = j.owner))
+          > clock_timestamp()
     RETURNING j.id, j.tool, j.token, j.attempt, j.state, j.payload_hmac,
               (extract(epoch FROM clock_timestamp() - j.claimed_at) * 1000)::bigint AS ran_ms
 ), reopened AS (

@@ -52,8 +52,12 @@ SELECT count(*) AS n FROM deleted
 WITH leases AS (
     SELECT owner, count(*) AS held,
            count(*) FILTER (WHERE lease_until <= clock_timestamp()) AS expired
-    FROM (SELECT owner, lease_until FROM tenure_jobs
-          WHERE lease_until > '-infinity' AND state = 'running'
+    FROM (SELECT j.owner,
+                 tenure_lease_end(j.lease_until, j.lease_ms,
+                                  (SELECT s.beat_at FROM tenure_sessions s
+                                   WHERE s.owner = j.owner)) AS lease_until
+          FROM tenure_jobs j
+          WHERE j.lease_until > '-infinity' AND j.state = 'running'
           LIMIT %(cap)s) AS running
     GROUP BY owner
 )
