@@ -47,6 +47,7 @@ class LeaseConnection:
     def __init__(self, dsn: str) -> None:
         self._dsn = check_dsn(dsn)
         self._conn: psycopg.Connection[dict[str, Any]] | None = None
+        self._kept: list[int] = []
 
     def _connection(self, timeout: float) -> psycopg.Connection[dict[str, Any]]:
         if self._conn is None or self._conn.closed:
@@ -82,6 +83,11 @@ class LeaseConnection:
         finally:
             watchdog.cancel()
 
+    def keep(self, job_ids: Sequence[int]) -> None:
+        """The other leases the process holds and can observe, not due at the next
+        extension: a session lease (migration 0023) in neither list is frozen by it."""
+        self._kept = list(job_ids)
+
     def extend(
         self, owner: str, held: Sequence[tuple[int, int, int]], timeout: float
     ) -> list[Extension]:
@@ -94,6 +100,7 @@ class LeaseConnection:
                 "ids": [h[0] for h in held],
                 "tokens": [h[1] for h in held],
                 "lease_ms": [h[2] for h in held],
+                "kept": self._kept,
             },
             timeout,
         )

@@ -182,10 +182,24 @@ class HeartbeatThread:
                 held = list(self._held.values())
             due: list[Held] = []
             if any(h.next_beat <= now for h in held):
-                # Once one lease is due, renew every lease with it: one statement per period
-                # for the whole process, and a session lease (migration 0023) the statement
-                # does not list is taken for unobservable and frozen where it stands.
-                due = [h for h in held if not h.ownership.ended]
+                # Once one lease is due, renew with it every lease due within half a
+                # period: leases claimed in many small batches fall into one phase, so the
+                # process sends one statement per period, not one per claim batch.
+                due = [
+                    h
+                    for h in held
+                    if h.next_beat <= now + h.heartbeat / 2 and not h.ownership.ended
+                ]
+                # The others it can observe are named too: a session lease (migration 0023)
+                # the statement names nowhere is taken for unobservable and frozen.
+                named = {h.job.id for h in due}
+                self._conn.keep(
+                    [
+                        h.job.id
+                        for h in held
+                        if h.job.id not in named and not h.ownership.ended and h.observable(now)
+                    ]
+                )
             if due:
                 self._survive(self._tick, due, now)
             self._survive(self._flush_journal)

@@ -7,9 +7,10 @@ step: tokens only grow, a stale holder never extends or commits, a rejected
 write changes nothing, at most one commit per job, the receiver's high-water
 mark never decreases and applies each effect at most once, and no job is lost.
 
-Time passes by moving every running lease back (``lease_until - x``), which is
-the same as advancing the database clock for every lease comparison; the
-worker never sends a time of its own.
+Time passes by moving every running lease back (``lease_until - x``, and every
+session's last beat, which session leases follow), which is the same as advancing
+the database clock for every lease comparison; the worker never sends a time of
+its own.
 
 The mutation tests patch the SQL — the commit without its token predicate, the
 receiver without its high-water check — and require the model's checks to catch
@@ -76,7 +77,7 @@ class World:
     def reset(self) -> None:
         self.sql.execute(
             "TRUNCATE tenure_jobs, tenure_steps, tenure_events, tenure_fence_scopes,"
-            " tenure_fence_requests, model_effects"
+            " tenure_fence_requests, model_effects, tenure_sessions"
         )
 
     def close(self) -> None:
@@ -233,6 +234,11 @@ class LeaseModel(RuleBasedStateMachine):
         self.world.sql.execute(
             "UPDATE tenure_jobs SET lease_until = lease_until - make_interval(secs => %s)"
             " WHERE state = 'running'",
+            (seconds,),
+        )
+        # Leases that follow a worker's session (migration 0023) move with its last beat.
+        self.world.sql.execute(
+            "UPDATE tenure_sessions SET beat_at = beat_at - make_interval(secs => %s)",
             (seconds,),
         )
 

@@ -100,6 +100,10 @@ async def test_an_idle_worker_told_a_lease_already_ended_claims_now(
         await conn.execute(
             "UPDATE tenure_jobs SET lease_until = clock_timestamp() - interval '1 ms'"
         )
+        # ... and so did its session's beats (migration 0023), which its lease follows.
+        await conn.execute(
+            "UPDATE tenure_sessions SET beat_at = clock_timestamp() - interval '1 hour'"
+        )
     # The expiry is behind us: not "nothing ahead" (a whole poll), but "claim now".
     assert await worker._idle_wait(store) == 0.0
     # Nothing to claim behind an expiry that stays past (a last attempt, a full key):

@@ -57,14 +57,13 @@ RETURNING id, idempotency_key
 WITH policy AS (
     SELECT * FROM unnest(%(tools)b::text[], %(lease_ms)b::integer[]) AS p(tool, lease_ms)
 ), clock AS (
-    -- Stale sessions first (migration 0023): their jobs' leases are frozen where they stand,
-    -- for this claim's successors to take (this statement's snapshot predates the freeze).
-    SELECT clock_timestamp() AS now, tenure_reap_sessions() AS reaped
+    SELECT clock_timestamp() AS now
 ), opened AS (
-    -- The claimer's session, made by its first claim: its beat starts now, and no job follows
-    -- it yet (a data-modifying CTE runs whether or not anything reads it).
-    INSERT INTO tenure_sessions (owner, min_lease_ms)
-    SELECT %(owner)s, min(p.lease_ms) FROM policy p
+    -- The claimer's session, made by its first claim: its first beat is this statement's
+    -- start, so it adds nothing to the leases the claim gives (they start later), and no job
+    -- follows it yet (a data-modifying CTE runs whether or not anything reads it).
+    INSERT INTO tenure_sessions (owner, beat_at, min_lease_ms)
+    SELECT %(owner)s, (SELECT now FROM clock), min(p.lease_ms) FROM policy p
     ON CONFLICT (owner) DO NOTHING
     RETURNING owner
 ), session AS (
@@ -87,6 +86,21 @@ WITH policy AS (
     ORDER BY j.lease_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), orphaned AS (
+    -- Session leases (0023) of a session too late for its shortest lease, whose own end has
+    -- passed. FOR SHARE of the session: its owner's beat waits for this claim, then finds it
+    -- stale and is refused, so no beat confirms a lease taken here (a beat already running
+    -- holds the row, and the session is skipped).
+    SELECT j.id, j.owner AS previous_owner, j.token AS previous_token
+    FROM tenure_sessions s
+    JOIN tenure_jobs j ON j.owner = s.owner AND j.state = 'running' AND j.lease_ms IS NOT NULL
+    WHERE s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
+      AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) < (SELECT now FROM clock)
+      AND j.attempt < j.max_attempts
+      AND NOT j.held
+      AND j.tool = ANY(%(tools)b::text[])
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED FOR SHARE OF s SKIP LOCKED
 ), queued AS (
     SELECT j.id, NULL::text AS previous_owner, NULL::bigint AS previous_token
     FROM tenure_jobs j
@@ -98,7 +112,8 @@ WITH policy AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    (SELECT * FROM expired) UNION ALL (SELECT * FROM queued) LIMIT %(limit)s
+    (SELECT * FROM expired) UNION ALL (SELECT * FROM orphaned) UNION ALL (SELECT * FROM queued)
+    LIMIT %(limit)s
 ), claimed AS (
     UPDATE tenure_jobs j
     SET state = 'running',
@@ -129,7 +144,9 @@ WITH policy AS (
     SELECT 'lease_expired', c.id, c.previous_token, c.attempt - 1, c.previous_owner, c.tool,
            jsonb_build_object('reclaimed_by', %(owner)s::text), 'lease_expired',
            (extract(epoch FROM clock_timestamp()
-                    - (SELECT o.lease_until FROM tenure_jobs o WHERE o.id = c.id)) * 1000)::bigint,
+                    - (SELECT tenure_lease_end(o.lease_until, o.lease_ms, s.beat_at)
+                       FROM tenure_jobs o LEFT JOIN tenure_sessions s ON s.owner = o.owner
+                       WHERE o.id = c.id)) * 1000)::bigint,
            c.payload_hmac
     FROM claimed c
     WHERE c.previous_token IS NOT NULL
@@ -141,7 +158,9 @@ WITH policy AS (
            NULL,
            (extract(epoch FROM clock_timestamp() - CASE WHEN c.previous_token IS NULL
                 THEN c.run_after
-                ELSE (SELECT o.lease_until FROM tenure_jobs o WHERE o.id = c.id) END)
+                ELSE (SELECT tenure_lease_end(o.lease_until, o.lease_ms, s.beat_at)
+                      FROM tenure_jobs o LEFT JOIN tenure_sessions s ON s.owner = o.owner
+                      WHERE o.id = c.id) END)
             * 1000)::bigint,
            c.payload_hmac
     FROM claimed c
@@ -167,6 +186,7 @@ FROM (SELECT least(
         (SELECT min(s.beat_at + s.min_lease_ms * interval '1 millisecond')
          FROM tenure_sessions s
          WHERE s.owner <> %(owner)s
+           AND s.beat_at > '-infinity'
            AND EXISTS (SELECT FROM tenure_jobs j
                        WHERE j.owner = s.owner AND j.state = 'running'
                          AND j.lease_ms IS NOT NULL AND j.tool = ANY(%(tools)s::text[])))
@@ -175,12 +195,13 @@ WHERE e.at IS NOT NULL
 
 -- name: extend_leases
 -- The heartbeat thread's one statement per tick. (id, token, lease_ms) lists every lease the
--- process holds whose executor is observable. Leases that follow the process's session
+-- process holds whose executor is observable and that are due; `kept`, the ids of the others it
+-- holds and can observe (due later). Leases that follow the process's session
 -- (migration 0023) are all extended by one update of the session row, refused (zero rows for
 -- every one of them) once its previous beat is older than its shortest lease, so a late beat
 -- revives nothing. Leases of their own row (claimed before 0023, or frozen) are extended
--- row by row as before. A session lease left out of the list (its executor became
--- unobservable, or the process forgot it) and claimed before the previous beat is frozen
+-- row by row as before. A session lease in neither list (its executor became unobservable,
+-- or the process forgot it) and claimed before the previous beat is frozen
 -- where it stands, and so is a listed one whose lease already ended: from then on it is a
 -- lease of its own row, which runs out unless its owner extends it again.
 WITH held AS (
@@ -207,7 +228,8 @@ WITH held AS (
     WHERE j.id = m.id AND j.token = m.token AND j.state = 'running'
       AND j.lease_ms IS NOT NULL
       AND (m.ends <= clock_timestamp()
-           OR (h.id IS NULL AND m.claimed_at < (SELECT beat_at FROM previous)))
+           OR (h.id IS NULL AND m.id <> ALL(%(kept)s::bigint[])
+               AND m.claimed_at < (SELECT beat_at FROM previous)))
     RETURNING j.id
 ), extended AS (
     UPDATE tenure_jobs j
