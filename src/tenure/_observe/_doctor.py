@@ -44,7 +44,7 @@ REQUIRED_INDEXES = (
 )
 # Statement → the indexes its plan must use (and tenure_jobs must never be scanned whole).
 INTENDED_PLANS = {
-    "claim": ("tenure_jobs_queued", "tenure_jobs_lease_until"),
+    "claim": ("tenure_jobs_queued", "tenure_jobs_row_leases"),
     "extend_leases": ("tenure_jobs_pkey",),
     "finish_many": ("tenure_jobs_pkey",),
 }
@@ -172,6 +172,7 @@ def _probe_params(registry: ToolRegistry | None) -> dict[str, dict[str, Any]]:
             "ids": ids,
             "tokens": ids,
             "lease_ms": [60_000] * n,
+            "kept": [],
         },
         "finish_many": {
             "owner": "tenure-doctor",

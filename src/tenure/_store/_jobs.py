@@ -268,6 +268,9 @@ class JobStatements(StoreBase):
 
     async def fail_exhausted_leases(self, limit: int) -> list[int]:
         rows = await self._fetch("fail_exhausted_leases", {"limit": limit})
+        # Then stale sessions: a statement of its own, since it rewrites rows the one above
+        # may have failed (PostgreSQL refuses a row changed twice by one statement).
+        await self._fetch("reap_sessions", {})
         return [row["id"] for row in rows]
 
     # -- operations ------------------------------------------------------------

@@ -176,8 +176,9 @@ async def test_the_job_page_draws_each_claim_as_a_lane_with_its_token(
     # The lease runs out and another worker takes over: two lanes, the first one expired.
     with psycopg.connect(tenure_dsn, autocommit=True) as conn:
         conn.execute(
-            "UPDATE tenure_jobs SET lease_until = clock_timestamp() - interval '1 second'"
-            " WHERE id = %s",
+            # lease_ms = NULL: a lease of its own row (migration 0023), which has run out.
+            "UPDATE tenure_jobs SET lease_until = clock_timestamp() - interval '1 second',"
+            " lease_ms = NULL WHERE id = %s",
             (ids["b1"],),
         )
     reclaimed = await store.claim("w-heir", {"beta": 60_000}, 1)

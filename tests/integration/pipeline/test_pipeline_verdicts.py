@@ -60,8 +60,9 @@ async def claim(store: Store, gate: str) -> ClaimedJob:
 
 def expire(tables: Tables, job_id: int) -> None:
     tables.rows(
-        "UPDATE tenure_jobs SET lease_until = clock_timestamp() - interval '1 second'"
-        " WHERE id = %(id)s",
+        # lease_ms = NULL: a lease of its own row (migration 0023), which has run out.
+        "UPDATE tenure_jobs SET lease_until = clock_timestamp() - interval '1 second',"
+        " lease_ms = NULL WHERE id = %(id)s",
         {"id": job_id},
     )
 

@@ -184,8 +184,9 @@ def test_a_stale_owners_progress_is_refused(tenure_dsn: str) -> None:
             await store.enqueue(new_job("k"))
             (old,) = await store.claim("w1", {"t": 60_000}, 1)
             async with store._pool.connection() as conn:  # w1's lease ran out...
-                await conn.execute(
-                    "UPDATE tenure_jobs SET lease_until = clock_timestamp() - interval '1 s'"
+                await conn.execute(  # (a lease of its own row, migration 0023)
+                    "UPDATE tenure_jobs SET lease_until = clock_timestamp() - interval '1 s',"
+                    " lease_ms = NULL"
                 )
             (new,) = await store.claim("w2", {"t": 60_000}, 1)  # ...and w2 took the job
             lease = LeaseConnection(tenure_dsn)

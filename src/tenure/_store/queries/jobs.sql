@@ -226,7 +226,9 @@ WITH held AS (
     SET lease_ms = NULL, lease_until = m.ends
     FROM mine m LEFT JOIN held h ON h.id = m.id AND h.token = m.token
     WHERE j.id = m.id AND j.token = m.token AND j.state = 'running'
-      AND j.lease_ms IS NOT NULL
+      -- coalesce: the session index's predicate cannot be proven from it, so the planner
+      -- looks the row up by its key instead of walking that index (the same below).
+      AND coalesce(j.lease_ms, 0) > 0
       AND (m.ends <= clock_timestamp()
            OR (h.id IS NULL AND m.id <> ALL(%(kept)s::bigint[])
                AND m.claimed_at < (SELECT beat_at FROM previous)))
@@ -240,7 +242,7 @@ WITH held AS (
       AND j.token = h.token
       AND j.owner = %(owner)s
       AND j.state = 'running'
-      AND j.lease_ms IS NULL
+      AND coalesce(j.lease_ms, 0) = 0
       AND j.lease_until > clock_timestamp()
     RETURNING j.id, j.lease_until
 ), seen AS (
@@ -482,10 +484,11 @@ WITH retried AS (
 SELECT * FROM retried
 
 -- name: fail_exhausted_leases
--- Stale sessions are reaped first (their jobs frozen), for the rescuer's next round.
+-- Expired leases of their own row, then session leases (0023) of a stale session whose end
+-- has passed (FOR SHARE of the session, as in the claim).
 WITH clock AS (
-    SELECT clock_timestamp() AS now, tenure_reap_sessions() AS reaped
-), exhausted AS (
+    SELECT clock_timestamp() AS now
+), row_leases AS (
     SELECT id FROM tenure_jobs
     WHERE lease_until < (SELECT now FROM clock)
       AND state = 'running'
@@ -494,6 +497,17 @@ WITH clock AS (
     ORDER BY lease_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), session_leases AS (
+    SELECT j.id
+    FROM tenure_sessions s
+    JOIN tenure_jobs j ON j.owner = s.owner AND j.state = 'running' AND j.lease_ms IS NOT NULL
+    WHERE s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
+      AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) < (SELECT now FROM clock)
+      AND j.attempt >= j.max_attempts
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED FOR SHARE OF s SKIP LOCKED
+), exhausted AS (
+    SELECT id FROM row_leases UNION ALL SELECT id FROM session_leases
 ), failed AS (
     UPDATE tenure_jobs j
     SET state = 'failed', lease_until = NULL, finished_at = clock_timestamp(),
@@ -511,7 +525,9 @@ WITH clock AS (
                                duration_ms, payload_hmac)
     SELECT e.kind, f.id, f.token, f.attempt, f.owner, f.tool, e.detail, 'lease_expired',
            CASE WHEN e.n = 1 THEN (extract(epoch FROM clock_timestamp() - (
-                    SELECT o.lease_until FROM tenure_jobs o WHERE o.id = f.id)) * 1000)::bigint
+                    SELECT tenure_lease_end(o.lease_until, o.lease_ms, s.beat_at)
+                    FROM tenure_jobs o LEFT JOIN tenure_sessions s ON s.owner = o.owner
+                    WHERE o.id = f.id)) * 1000)::bigint
            END,
            f.payload_hmac
     FROM failed f
@@ -523,6 +539,11 @@ WITH clock AS (
     SELECT tenure_notify('tenure_done', array_agg(f.id::text)) AS n FROM failed f
 )
 SELECT f.id FROM notified, failed f
+
+-- name: reap_sessions
+-- The rescuer's sweep of stale sessions after it failed their exhausted leases
+-- (tenure_reap_sessions, migration 0023): what they still hold becomes leases of their own row.
+SELECT tenure_reap_sessions() AS frozen
 
 -- name: db_now
 SELECT clock_timestamp() AS db_now
