@@ -9,6 +9,7 @@ extended, committed or reclaimed by the new statements as before.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -23,9 +24,9 @@ LEASE_MS = 30_000
 LEASES = {"t": LEASE_MS}
 
 
-def _rows(dsn: str, query: str, params: object = None) -> list[tuple[object, ...]]:
+def _rows(dsn: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
+        return conn.execute(query, params).fetchall()
 
 
 async def test_one_beat_extends_every_lease_of_the_process_and_writes_no_job_row(
@@ -116,7 +117,7 @@ async def _before_sessions(database_dsn: str) -> str:
                     "CREATE TABLE IF NOT EXISTS tenure_migrations (version integer PRIMARY KEY,"
                     " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
                 )
-                conn.execute(sql.SQL(migration.statements))  # type: ignore[arg-type]
+                conn.execute(sql.SQL(migration.statements))
                 conn.execute(
                     "INSERT INTO tenure_migrations (version, name) VALUES (%s, %s)",
                     (migration.version, migration.name),
