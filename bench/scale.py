@@ -42,12 +42,34 @@ from tenure._store import migrate
 DB = "tenure_scale"
 APPS = Path(__file__).parent / "apps"
 LEASE, HEARTBEAT, JITTER = 15.0, 5.0, 4.0
+WAL_SAMPLE = 15.0  # seconds of WAL read back at the end of the window
 
 
 def one(conn: psycopg.Connection[Any], query: str) -> Any:
     row = conn.execute(query).fetchone()
     assert row is not None
     return row[0]
+
+
+def own_wal_bytes(conn: psycopg.Connection[Any], start: str, end: str) -> float:
+    """WAL bytes between two positions that belong to the current database: records that
+    touch its pages, and the commit records of transactions that wrote them."""
+    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    dboid = one(conn, "SELECT oid FROM pg_database WHERE datname = current_database()")
+    row = conn.execute(
+        """WITH r AS (
+               SELECT xid, resource_manager, record_length, block_ref
+               FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)
+           ), ours AS (
+               SELECT DISTINCT xid FROM r WHERE block_ref LIKE %s AND xid::text <> '0'
+           )
+           SELECT coalesce(sum(record_length), 0) FROM r
+           WHERE block_ref LIKE %s
+              OR (resource_manager = 'Transaction' AND xid IN (SELECT xid FROM ours))""",
+        (start, end, f"% rel %/{dboid}/%", f"% rel %/{dboid}/%"),
+    ).fetchone()
+    assert row is not None
+    return float(row[0])
 
 
 def main() -> None:
@@ -144,7 +166,14 @@ def main() -> None:
         pg0 = {p: proc_cpu(p) for p in backends()}
         w0 = sum(proc_cpu(w.pid) for w in workers)
         load0, t_w0 = os.getloadavg()[0], time.monotonic()
-        time.sleep(args.seconds)
+        # This database's own WAL is read back (pg_walinspect) over the window's last
+        # WAL_SAMPLE seconds only: the server is shared, and a whole window of everyone's
+        # WAL may be recycled by a checkpoint before it could be read.
+        time.sleep(max(0.0, args.seconds - WAL_SAMPLE))
+        sample0, sample_t0 = one(conn, "SELECT pg_current_wal_insert_lsn()"), time.monotonic()
+        time.sleep(min(WAL_SAMPLE, args.seconds))
+        sample1 = one(conn, "SELECT pg_current_wal_flush_lsn()")
+        sample_s = time.monotonic() - sample_t0
         window = time.monotonic() - t_w0
         pg_cpu = sum(proc_cpu(p) - pg0.get(p, proc_cpu(p)) for p in set(backends()) | set(pg0))
         w_cpu = sum(proc_cpu(w.pid) for w in workers) - w0
@@ -153,11 +182,17 @@ def main() -> None:
         conn.execute("SELECT pg_stat_force_next_flush()")
         s1, u1 = stats(), updates()
         wal = one(conn, f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '{wal0}')")
+        try:
+            own_wal = own_wal_bytes(conn, str(sample0), str(sample1)) * window / sample_s
+        except psycopg.Error as exc:  # segments recycled by a checkpoint meanwhile
+            print(f"this database's WAL could not be read back: {exc}", file=sys.stderr)
+            own_wal = float("nan")
         lost_journal = one(conn, "SELECT count(*) FROM tenure_events WHERE kind = 'heartbeat_lost'")
         still = one(
             conn,
-            "SELECT count(*) FROM tenure_jobs WHERE state = 'running' "
-            "AND lease_until > clock_timestamp()",
+            "SELECT count(*) FROM tenure_jobs j LEFT JOIN tenure_sessions s ON s.owner = j.owner"
+            " WHERE j.state = 'running'"
+            " AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) > clock_timestamp()",
         )
     finally:
         for w in workers:
@@ -194,8 +229,18 @@ def main() -> None:
     )
     print(f"| rows extended per second | {rows / window:,.0f} |")
     print(f"| row updates (HOT) in tenure_jobs | {u1[0] - u0[0]:,} ({u1[1] - u0[1]:,}) |")
-    print(f"| WAL per second (whole server) | {float(wal) / window / 2**20:.2f} MB/s |")
+    print(
+        f"| WAL per second (whole server, other sessions included) | {float(wal) / window / 2**20:.2f} MB/s |"
+    )
+    print(
+        f"| WAL per second of this database (pg_walinspect, the window's last 15 s) | {own_wal / window / 2**20:.3f} MB/s |"
+    )
     print(f"| PostgreSQL backends' CPU | {100 * pg_cpu / window:.1f} % of a core |")
+    lease_hours = total * window / 3600
+    print(
+        f"| WAL per held lease per hour (this database) | {own_wal / lease_hours / 1e3:,.2f} kB |"
+    )
+    print(f"| PostgreSQL CPU per held lease per hour | {1e3 * pg_cpu / lease_hours:,.3f} ms |")
     print(f"| worker processes' CPU (all {args.procs}) | {100 * w_cpu / window:.1f} % of a core |")
     print(
         f"| leases lost (journal heartbeat_lost / workers' counters / extends that matched "

@@ -757,10 +757,10 @@ CREATE INDEX tenure_workers_last_seen ON tenure_workers (last_seen_at);
 -- == Sessions ================================================================================
 
 -- (0023) One row per worker process that claimed under a session: beat_at is its last confirmed
--- beat on the database's clock; '-infinity' marks a session found stale, which never beats
--- again. min_lease_ms is the shortest lease of its tools: a beat later than that after the
--- previous one is refused (zero rows: every lease of the process is lost), so a late beat
--- never revives a lease. Fillfactor 50: the beat is a HOT update.
+-- beat on the database's clock, min_lease_ms the shortest lease of its tools (a session
+-- unheard of for that long is stale: the claim and the rescuer look at its jobs). A beat never
+-- revives a lease: the statement that moves beat_at freezes, first, every lease of the
+-- process whose end has passed. Fillfactor 50: the beat is a HOT update.
 CREATE TABLE tenure_sessions (
     owner        text        PRIMARY KEY CHECK (length(owner) BETWEEN 1 AND 200),
     beat_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -777,13 +777,12 @@ LANGUAGE sql STABLE AS $$
            END
 $$;
 
--- Stale sessions: a session whose last beat is older than its shortest lease is dead. Each of
--- its running jobs is frozen where its lease stands (a lease of its own row from then on: an
--- expired one is reclaimed like any other, a live one runs out or is extended by its owner
--- row by row), and the session is marked '-infinity', so it never beats again. A dead
--- session with nothing left is deleted. Sessions a claim holds (FOR KEY SHARE) are skipped,
--- so a job claimed under a session that is dying is frozen by the next pass, never lost.
--- Called by every claim and by the rescuer; returns how many jobs it froze.
+-- The rescuer's sweep of stale sessions (unheard of for their shortest lease): the leases of
+-- theirs whose end has passed are frozen there (leases of their own row from then on, which
+-- the claim's reclaim branch, admission and the rescuer find by tenure_jobs_row_leases), and a
+-- stale session left with no live lease is deleted (its process, if it comes back, opens it
+-- again with its next claim). Sessions a claim or a beat holds are skipped. Returns how many
+-- leases it froze.
 CREATE FUNCTION tenure_reap_sessions() RETURNS integer
 LANGUAGE sql VOLATILE AS $$
     WITH stale AS (
@@ -796,15 +795,17 @@ LANGUAGE sql VOLATILE AS $$
             lease_until = tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at)
         FROM stale s
         WHERE j.owner = s.owner AND j.state = 'running' AND j.lease_ms IS NOT NULL
-        RETURNING j.id, j.owner
-    ), dead AS (
-        UPDATE tenure_sessions t SET beat_at = '-infinity'
-        FROM stale s WHERE t.owner = s.owner AND s.beat_at > '-infinity'
+          AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) < clock_timestamp()
+        RETURNING j.id
     ), gone AS (
         DELETE FROM tenure_sessions t
         USING stale s
-        WHERE t.owner = s.owner AND s.beat_at = '-infinity'
-          AND NOT EXISTS (SELECT FROM frozen f WHERE f.owner = s.owner)
+        WHERE t.owner = s.owner
+          AND NOT EXISTS (SELECT FROM tenure_jobs j
+                          WHERE j.owner = s.owner AND j.state = 'running'
+                            AND j.lease_ms IS NOT NULL
+                            AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at)
+                                >= clock_timestamp())
     )
     SELECT count(*)::integer FROM frozen
 $$;

@@ -67,12 +67,9 @@ WITH policy AS (
     ON CONFLICT (owner) DO NOTHING
     RETURNING owner
 ), session AS (
-    -- Jobs follow the session only while it is alive; KEY SHARE keeps the reaper from marking
-    -- it dead until this claim has committed (it skips a locked session).
-    SELECT s.owner FROM tenure_sessions s
-    WHERE s.owner = %(owner)s
-      AND s.beat_at + s.min_lease_ms * interval '1 millisecond' > (SELECT now FROM clock)
-    FOR KEY SHARE
+    -- KEY SHARE keeps the rescuer from deleting the session until this claim has committed
+    -- (it skips a locked session); a beat may go on meanwhile.
+    SELECT s.owner FROM tenure_sessions s WHERE s.owner = %(owner)s FOR KEY SHARE
 ), expired AS (
     -- Leases of their own row that ran out (tenure_jobs_row_leases).
     SELECT j.id, j.owner AS previous_owner, j.token AS previous_token
@@ -121,8 +118,8 @@ WITH policy AS (
         token = nextval('tenure_fence_token'),
         attempt = j.attempt + 1,
         lease_until = clock_timestamp() + p.lease_ms * interval '1 millisecond',
-        -- The lease follows the claimer's session when it has a live one (a brand-new one
-        -- counts: its first beat is this claim's), else it is the row's own.
+        -- The lease follows the claimer's session (a brand-new one too: its first beat is
+        -- this statement's start); if the rescuer just deleted it, it is the row's own.
         lease_ms = CASE WHEN EXISTS (SELECT FROM session) OR EXISTS (SELECT FROM opened)
                         THEN p.lease_ms END,
         heartbeat_at = clock_timestamp(),
@@ -186,7 +183,6 @@ FROM (SELECT least(
         (SELECT min(s.beat_at + s.min_lease_ms * interval '1 millisecond')
          FROM tenure_sessions s
          WHERE s.owner <> %(owner)s
-           AND s.beat_at > '-infinity'
            AND EXISTS (SELECT FROM tenure_jobs j
                        WHERE j.owner = s.owner AND j.state = 'running'
                          AND j.lease_ms IS NOT NULL AND j.tool = ANY(%(tools)s::text[])))
@@ -197,9 +193,9 @@ WHERE e.at IS NOT NULL
 -- The heartbeat thread's one statement per tick. (id, token, lease_ms) lists every lease the
 -- process holds whose executor is observable and that are due; `kept`, the ids of the others it
 -- holds and can observe (due later). Leases that follow the process's session
--- (migration 0023) are all extended by one update of the session row, refused (zero rows for
--- every one of them) once its previous beat is older than its shortest lease, so a late beat
--- revives nothing. Leases of their own row (claimed before 0023, or frozen) are extended
+-- (migration 0023) are all extended by one update of the session row; the same statement
+-- freezes, first, every one of them whose end has passed (zero rows for it: lost), so a late
+-- beat revives nothing. Leases of their own row (claimed before 0023, or frozen) are extended
 -- row by row as before. A session lease in neither list (its executor became unobservable,
 -- or the process forgot it) and claimed before the previous beat is frozen
 -- where it stands, and so is a listed one whose lease already ended: from then on it is a
@@ -216,10 +212,7 @@ WITH held AS (
     FROM tenure_jobs j
     WHERE j.owner = %(owner)s AND j.state = 'running' AND j.lease_ms IS NOT NULL
 ), beat AS (
-    UPDATE tenure_sessions s
-    SET beat_at = clock_timestamp()
-    WHERE s.owner = %(owner)s
-      AND s.beat_at + s.min_lease_ms * interval '1 millisecond' > clock_timestamp()
+    UPDATE tenure_sessions s SET beat_at = clock_timestamp() WHERE s.owner = %(owner)s
     RETURNING s.beat_at
 ), frozen AS (
     UPDATE tenure_jobs j
