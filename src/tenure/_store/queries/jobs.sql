@@ -214,24 +214,30 @@ WITH held AS (
 ), beat AS (
     UPDATE tenure_sessions s SET beat_at = clock_timestamp() WHERE s.owner = %(owner)s
     RETURNING s.beat_at
+), named AS (
+    -- Every lease the process named, due or kept (hash-joined below, never searched per row).
+    SELECT h.id FROM held h
+    UNION ALL
+    SELECT k.id FROM unnest(%(kept)s::bigint[]) AS k(id)
 ), frozen AS (
     UPDATE tenure_jobs j
     SET lease_ms = NULL, lease_until = m.ends
-    FROM mine m LEFT JOIN held h ON h.id = m.id AND h.token = m.token
+    FROM mine m LEFT JOIN named n ON n.id = m.id
     WHERE j.id = m.id AND j.token = m.token AND j.state = 'running'
       -- coalesce: the session index's predicate cannot be proven from it, so the planner
       -- looks the row up by its key instead of walking that index (the same below).
       AND coalesce(j.lease_ms, 0) > 0
       AND (m.ends <= clock_timestamp()
-           OR (h.id IS NULL AND m.id <> ALL(%(kept)s::bigint[])
-               AND m.claimed_at < (SELECT beat_at FROM previous)))
+           OR (n.id IS NULL AND m.claimed_at < (SELECT beat_at FROM previous)))
     RETURNING j.id
 ), extended AS (
     UPDATE tenure_jobs j
     SET lease_until = clock_timestamp() + h.lease_ms * interval '1 millisecond',
         heartbeat_at = clock_timestamp()
-    FROM held h
-    WHERE j.id = h.id
+    -- Only the named leases that are not session leases are looked up.
+    FROM held h LEFT JOIN mine m ON m.id = h.id
+    WHERE m.id IS NULL
+      AND j.id = h.id
       AND j.token = h.token
       AND j.owner = %(owner)s
       AND j.state = 'running'
