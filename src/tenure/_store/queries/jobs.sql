@@ -219,28 +219,35 @@ WITH held AS (
     SELECT h.id FROM held h
     UNION ALL
     SELECT k.id FROM unnest(%(kept)s::bigint[]) AS k(id)
-), frozen AS (
-    UPDATE tenure_jobs j
-    SET lease_ms = NULL, lease_until = m.ends
+), doomed AS MATERIALIZED (
+    SELECT m.id, m.token, m.ends
     FROM mine m LEFT JOIN named n ON n.id = m.id
-    WHERE j.id = m.id AND j.token = m.token AND j.state = 'running'
-      -- coalesce: the session index's predicate cannot be proven from it, so the planner
-      -- looks the row up by its key instead of walking that index (the same below).
+    WHERE m.ends <= clock_timestamp()
+       OR (n.id IS NULL AND m.claimed_at < (SELECT beat_at FROM previous))
+), frozen AS (
+    -- `= ANY(ARRAY(...))`: the few rows are looked up by primary key, whatever the planner
+    -- thinks of the CTE's size (a hash join read the whole jobs table on every beat).
+    UPDATE tenure_jobs j
+    SET lease_ms = NULL, lease_until = d.ends
+    FROM doomed d
+    WHERE j.id = ANY(ARRAY(SELECT d2.id FROM doomed d2))
+      AND j.id = d.id AND j.token = d.token AND j.state = 'running'
       AND coalesce(j.lease_ms, 0) > 0
-      AND (m.ends <= clock_timestamp()
-           OR (n.id IS NULL AND m.claimed_at < (SELECT beat_at FROM previous)))
     RETURNING j.id
+), own_rows AS MATERIALIZED (
+    -- The named leases that are not session leases: claimed before 0023, or frozen.
+    SELECT h.* FROM held h LEFT JOIN mine m ON m.id = h.id WHERE m.id IS NULL
 ), extended AS (
     UPDATE tenure_jobs j
     SET lease_until = clock_timestamp() + h.lease_ms * interval '1 millisecond',
         heartbeat_at = clock_timestamp()
-    -- Only the named leases that are not session leases are looked up.
-    FROM held h LEFT JOIN mine m ON m.id = h.id
-    WHERE m.id IS NULL
+    FROM own_rows h
+    WHERE j.id = ANY(ARRAY(SELECT o.id FROM own_rows o))
       AND j.id = h.id
       AND j.token = h.token
       AND j.owner = %(owner)s
       AND j.state = 'running'
+      -- coalesce: unprovable for the partial lease indexes, so the rows are looked up by key.
       AND coalesce(j.lease_ms, 0) = 0
       AND j.lease_until > clock_timestamp()
     RETURNING j.id, j.lease_until
