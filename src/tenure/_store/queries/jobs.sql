@@ -83,6 +83,11 @@ WITH policy AS (
     ORDER BY j.lease_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), stale AS MATERIALIZED (
+    -- Sessions unheard of for their shortest lease (a handful at most): only their jobs are
+    -- walked (tenure_jobs_session_leases, = ANY(ARRAY)), never the live sessions'.
+    SELECT s.owner FROM tenure_sessions s
+    WHERE s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
 ), orphaned AS (
     -- Session leases (0023) of a session too late for its shortest lease, whose own end has
     -- passed. FOR SHARE of the session: its owner's beat waits for this claim, then finds it
@@ -91,7 +96,9 @@ WITH policy AS (
     SELECT j.id, j.owner AS previous_owner, j.token AS previous_token
     FROM tenure_sessions s
     JOIN tenure_jobs j ON j.owner = s.owner AND j.state = 'running' AND j.lease_ms IS NOT NULL
-    WHERE s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
+    WHERE s.owner = ANY(ARRAY(SELECT owner FROM stale))
+      AND j.owner = ANY(ARRAY(SELECT owner FROM stale))
+      AND s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
       AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) < (SELECT now FROM clock)
       AND j.attempt < j.max_attempts
       AND NOT j.held
@@ -503,11 +510,18 @@ WITH clock AS (
     ORDER BY lease_until
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), stale AS MATERIALIZED (
+    -- Sessions unheard of for their shortest lease (a handful at most): their jobs are
+    -- walked through tenure_jobs_session_leases, never the live sessions' (= ANY(ARRAY)).
+    SELECT s.owner FROM tenure_sessions s
+    WHERE s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
 ), session_leases AS (
     SELECT j.id
     FROM tenure_sessions s
     JOIN tenure_jobs j ON j.owner = s.owner AND j.state = 'running' AND j.lease_ms IS NOT NULL
-    WHERE s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
+    WHERE s.owner = ANY(ARRAY(SELECT owner FROM stale))
+      AND j.owner = ANY(ARRAY(SELECT owner FROM stale))
+      AND s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
       AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) < (SELECT now FROM clock)
       AND j.attempt >= j.max_attempts
     LIMIT %(limit)s
