@@ -156,9 +156,23 @@ class Journal:
         return [e["kind"] for e in self.protocol_events(job_id)]
 
     def job(self, job_id: int) -> dict[str, Any]:
-        rows = self._rows("SELECT * FROM tenure_jobs WHERE id = %(id)s", {"id": job_id})
+        """The job's row, its lease as the database decides it: a lease that follows its
+        owner's session (migration 0023) shows the session's last beat and the end it
+        gives, as `tenure jobs show` does."""
+        rows = self._rows(
+            "SELECT j.*, tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) AS lease_end,"
+            " CASE WHEN j.lease_ms IS NULL THEN j.heartbeat_at"
+            "      ELSE greatest(j.heartbeat_at, s.beat_at) END AS beat_at"
+            " FROM tenure_jobs j LEFT JOIN tenure_sessions s ON s.owner = j.owner"
+            " WHERE j.id = %(id)s",
+            {"id": job_id},
+        )
         assert rows, f"no job {job_id}"
-        return rows[0]
+        row = rows[0]
+        if row["state"] == "running":
+            row["lease_until"], row["heartbeat_at"] = row["lease_end"], row["beat_at"]
+        del row["lease_end"], row["beat_at"]
+        return row
 
 
 def closing_app(app: Any) -> Iterator[Any]:

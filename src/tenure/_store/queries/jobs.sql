@@ -308,6 +308,12 @@ WITH outcome AS (
                            THEN NULL
                            ELSE clock_timestamp() + j.retain_ms * interval '1 millisecond' END,
         updated_at = clock_timestamp(),
+        -- A session lease (0023) was last confirmed by its session's last beat: the row
+        -- keeps it, for whoever asks later when the lease was last confirmed.
+        heartbeat_at = CASE WHEN j.lease_ms IS NULL THEN j.heartbeat_at
+                            ELSE greatest(j.heartbeat_at,
+                                          (SELECT s.beat_at FROM tenure_sessions s
+                                           WHERE s.owner = j.owner)) END,
         progress = coalesce(o.progress::jsonb || jsonb_build_object('at', clock_timestamp()),
                             j.progress)
     FROM outcome o
