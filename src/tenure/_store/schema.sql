@@ -364,6 +364,21 @@ BEGIN
              ORDER BY j.lease_until
              LIMIT p_wanted)
             UNION ALL
+            -- Session leases of a session unheard of for its shortest lease, whose own end
+            -- has passed (what the claim's orphaned branch takes once admitted).
+            (SELECT j.id, j.concurrency_key, j.concurrency_limit
+             FROM tenure_sessions s
+             JOIN tenure_jobs j ON j.owner = s.owner
+             WHERE s.beat_at + s.min_lease_ms * interval '1 millisecond' < v_now
+               AND j.state = 'running'
+               AND j.lease_ms IS NOT NULL
+               AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) < v_now
+               AND j.held
+               AND j.attempt < j.max_attempts
+               AND j.tool = ANY(p_tools)
+               AND j.concurrency_key <> ALL(skipped)
+             LIMIT p_wanted)
+            UNION ALL
             (SELECT j.id, j.concurrency_key, j.concurrency_limit
              FROM tenure_jobs j
              WHERE j.state = 'queued'
@@ -403,7 +418,9 @@ BEGIN
               AND r.held
               AND r.concurrency_key = c.key
               AND CASE WHEN r.state = 'running'
-                       THEN r.lease_ms IS NULL AND r.lease_until < clock_timestamp()
+                       THEN tenure_lease_end(r.lease_until, r.lease_ms,
+                                             (SELECT o.beat_at FROM tenure_sessions o
+                                              WHERE o.owner = r.owner)) < clock_timestamp()
                             AND r.attempt < r.max_attempts
                        ELSE r.state = 'queued' AND r.run_after <= clock_timestamp() END
             FOR UPDATE SKIP LOCKED;

@@ -232,6 +232,24 @@ def enqueue_as_0013(dsn: str, tool: str, payload: dict[str, object]) -> int:
     return int(row[0])
 
 
+def claim_as_0013(dsn: str, job_id: int, owner: str, lease_ms: int) -> int:
+    """What the 0013 release's claim writes for one queued job: the owner, a token from the
+    fence sequence and a lease on the row. Written out here because today's statement names
+    0023's sessions. Returns the token."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "UPDATE tenure_jobs SET state = 'running', owner = %s,"
+            " token = nextval('tenure_fence_token'), attempt = attempt + 1,"
+            " lease_until = clock_timestamp() + %s * interval '1 millisecond',"
+            " heartbeat_at = clock_timestamp(), claimed_at = clock_timestamp(),"
+            " updated_at = clock_timestamp()"
+            " WHERE id = %s AND state = 'queued' RETURNING token",
+            (owner, lease_ms, job_id),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def suspend_as_0013(dsn: str, job_id: int, token: int, hashed: str) -> None:
     """What the 0013 release's fenced suspension (statement ``suspend_job``) writes: the
     job leaves its lease for ``waiting`` and its waitpoint opens. Written out here because
@@ -273,9 +291,9 @@ async def test_an_open_waitpoint_stays_answerable_across_the_upgrade(
         await store.open()
         try:
             key = await store.waitpoint_secret()
-            (claimed,) = await store.claim("old-worker", {"wait_briefly": 30_000}, 1)
-            token = derive_token(key, claimed.id, "nobody")
-            suspend_as_0013(dsn, claimed.id, claimed.token, token_hash(token))
+            fence = claim_as_0013(dsn, job_id, "old-worker", 30_000)
+            token = derive_token(key, job_id, "nobody")
+            suspend_as_0013(dsn, job_id, fence, token_hash(token))
             upgrade = migrate(dsn)  # the upgrade, while the call waits
             assert upgrade[0] == 14, upgrade
             assert await store.waitpoint_secret() == key

@@ -93,18 +93,25 @@ WITH policy AS (
     -- passed. FOR SHARE of the session: its owner's beat waits for this claim, then finds it
     -- stale and is refused, so no beat confirms a lease taken here (a beat already running
     -- holds the row, and the session is skipped).
-    SELECT j.id, j.owner AS previous_owner, j.token AS previous_token
-    FROM tenure_sessions s
-    JOIN tenure_jobs j ON j.owner = s.owner AND j.state = 'running' AND j.lease_ms IS NOT NULL
-    WHERE s.owner = ANY(ARRAY(SELECT owner FROM stale))
-      AND j.owner = ANY(ARRAY(SELECT owner FROM stale))
-      AND s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
-      AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) < (SELECT now FROM clock)
-      AND j.attempt < j.max_attempts
-      AND NOT j.held
-      AND j.tool = ANY(%(tools)b::text[])
+    -- Driven from the stale sessions (a one-time gate: none, no scan at all), each one's jobs
+    -- by tenure_jobs_session_leases (the lateral owner = s.owner), never a scan of the table.
+    SELECT o.id, o.previous_owner, o.previous_token
+    FROM (SELECT s.owner, s.beat_at FROM tenure_sessions s
+          WHERE EXISTS (SELECT FROM stale)
+            AND s.owner = ANY(ARRAY(SELECT owner FROM stale))
+            AND s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
+          FOR SHARE SKIP LOCKED) s
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.owner AS previous_owner, j.token AS previous_token
+        FROM tenure_jobs j
+        WHERE j.owner = s.owner AND j.state = 'running' AND j.lease_ms IS NOT NULL
+          AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) < (SELECT now FROM clock)
+          AND j.attempt < j.max_attempts
+          AND NOT j.held
+          AND j.tool = ANY(%(tools)b::text[])
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) o
     LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED FOR SHARE OF s SKIP LOCKED
 ), queued AS (
     SELECT j.id, NULL::text AS previous_owner, NULL::bigint AS previous_token
     FROM tenure_jobs j
@@ -522,16 +529,22 @@ WITH clock AS (
     SELECT s.owner FROM tenure_sessions s
     WHERE s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
 ), session_leases AS (
-    SELECT j.id
-    FROM tenure_sessions s
-    JOIN tenure_jobs j ON j.owner = s.owner AND j.state = 'running' AND j.lease_ms IS NOT NULL
-    WHERE s.owner = ANY(ARRAY(SELECT owner FROM stale))
-      AND j.owner = ANY(ARRAY(SELECT owner FROM stale))
-      AND s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
-      AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) < (SELECT now FROM clock)
-      AND j.attempt >= j.max_attempts
+    -- As the claim's orphaned leases: from the stale sessions, each one's jobs by index.
+    SELECT o.id
+    FROM (SELECT s.owner, s.beat_at FROM tenure_sessions s
+          WHERE EXISTS (SELECT FROM stale)
+            AND s.owner = ANY(ARRAY(SELECT owner FROM stale))
+            AND s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
+          FOR SHARE SKIP LOCKED) s
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM tenure_jobs j
+        WHERE j.owner = s.owner AND j.state = 'running' AND j.lease_ms IS NOT NULL
+          AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) < (SELECT now FROM clock)
+          AND j.attempt >= j.max_attempts
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED) o
     LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED FOR SHARE OF s SKIP LOCKED
 ), exhausted AS (
     SELECT id FROM row_leases UNION ALL SELECT id FROM session_leases
 ), failed AS (
