@@ -315,6 +315,13 @@ def test_owner_whose_lease_expired_cannot_commit_even_if_nobody_took_over(
     assert row["state"] == "succeeded", row
     assert row["owner"] == "alone" and row["attempt"] == 2
     assert row["token"] > first["token"]
+    # The refusal is journaled by its own statement after the commit's verdict; the second
+    # attempt's commit may land before it (a loaded machine): poll for it.
+    wait_until(
+        lambda: journal.events(job.id, "result_rejected"),
+        timeout=DONE_TIMEOUT,
+        message=f"the stale commit's refusal was never journaled:\n{alone.log()}",
+    )
     (rejected,) = journal.events(job.id, "result_rejected")
     assert rejected["token"] == first["token"] and rejected["worker"] == "alone"
     claims = journal.events(job.id, "job_claimed")
