@@ -320,7 +320,7 @@ WITH outcome AS (
         heartbeat_at = CASE WHEN j.lease_ms IS NULL THEN j.heartbeat_at
                             ELSE greatest(j.heartbeat_at,
                                           (SELECT s.beat_at FROM tenure_sessions s
-                                           WHERE s.owner = j.owner)) END,
+                                           WHERE s.owner = %(owner)s)) END,
         progress = coalesce(o.progress::jsonb || jsonb_build_object('at', clock_timestamp()),
                             j.progress)
     FROM outcome o
@@ -328,8 +328,10 @@ WITH outcome AS (
       AND j.token = o.token
       AND j.owner = %(owner)s
       AND j.state = 'running'
+      -- The session is the caller's own (j.owner = owner above): read once per statement,
+      -- not once per row.
       AND tenure_lease_end(j.lease_until, j.lease_ms,
-                           (SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = j.owner))
+                           (SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = %(owner)s))
           > clock_timestamp()
     RETURNING j.id, j.tool, j.token, j.attempt, j.state, o.error ->> 'code' AS code,
               o.attempt_refund, j.payload_hmac,
@@ -382,7 +384,7 @@ WITH reported AS (
       AND j.owner = %(owner)s
       AND j.state = 'running'
       AND tenure_lease_end(j.lease_until, j.lease_ms,
-                           (SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = j.owner))
+                           (SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = %(owner)s))
           > clock_timestamp()
     RETURNING j.id
 ), notified AS (
