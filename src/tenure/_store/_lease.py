@@ -27,6 +27,7 @@ from ._connection import (
 from ._rows import (
     Extension,
     JournalRow,
+    SessionBeat,
     WorkerRegistration,
     journal_params,
 )
@@ -105,6 +106,29 @@ class LeaseConnection:
             timeout,
         )
         return [Extension(row["id"], row["lease_until"], row["db_now"], sent_at) for row in rows]
+
+    def beat_session(
+        self,
+        owner: str,
+        shortest_ms: int,
+        freeze: Sequence[tuple[int, int]],
+        timeout: float,
+    ) -> SessionBeat:
+        """Confirm every lease that follows ``owner``'s session in one update of its row
+        (refused when the session was last heard of more than ``shortest_ms`` ago), and
+        freeze the (job id, token) leases in ``freeze``."""
+        sent_at, rows = self._run(
+            "beat_session",
+            lambda: {
+                "owner": owner,
+                "shortest_ms": shortest_ms,
+                "ids": [f[0] for f in freeze],
+                "tokens": [f[1] for f in freeze],
+            },
+            timeout,
+        )
+        row = rows[0]
+        return SessionBeat(row["beat_at"], row["db_now"], list(row["frozen"]), sent_at)
 
     def report_progress(
         self, owner: str, reports: Sequence[tuple[int, int, str]], timeout: float

@@ -91,6 +91,9 @@ class ClaimedJob:
     waitpoints: dict[str, Any] | None = None  # answered or timed out, by name
     trace_context: Any = None  # as the row holds it: read only by tenure.otel, which validates it
     tenant: str = ""  # its children (ctx.enqueue) are queued in the same tenant
+    # The lease follows the claimer's session (migration 0023): the heartbeat's fast path
+    # (beat_session) confirms it with the session, without a row of its own.
+    session_lease: bool = False
     # When the claim statement was sent on its connection (this process's monotonic clock):
     # the lease's local clock starts here, never earlier (not while waiting for a connection).
     sent_at: float = 0.0
@@ -234,6 +237,23 @@ class EventQuery:
     since_ms: int | None = None
     since_at: datetime | None = None
     limit: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class SessionBeat:
+    """The answer of a session beat: when the database moved the session's beat (None: the
+    beat was refused), its clock at the answer, the leases it froze."""
+
+    beat_at: datetime | None
+    db_now: datetime
+    frozen: list[int]
+    sent_at: float = 0.0  # when the beat was sent (monotonic, connection in hand)
+
+    @property
+    def age(self) -> float:
+        """Seconds between the beat and the answer (what every confirmed lease has spent)."""
+        assert self.beat_at is not None
+        return max(0.0, (self.db_now - self.beat_at).total_seconds())
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from typing import Self
 
 from .._errors import StoreError
 from .._log import log_event
-from .._store import ClaimedJob, JournalRow, LeaseConnection, WorkerRegistration
+from .._store import ClaimedJob, JournalRow, LeaseConnection, SessionBeat, WorkerRegistration
 from ._ownership import Ownership
 
 logger = logging.getLogger("tenure.heartbeat")
@@ -43,6 +43,10 @@ MAX_BACKLOG = 10_000
 PROGRESS_INTERVAL = 0.25  # at most this often one progress statement for the whole process
 PROGRESS_TIMEOUT = 1.0
 KEEPALIVE_TIMEOUT = 1.0
+# Session beats between two full extensions (extend_leases), which look at every lease
+# again: the backstop for a cancel whose notification was lost, and for a lease this
+# process holds without knowing it (a claim whose answer never arrived).
+RECONCILE_EVERY = 6
 
 
 def _code(detail: dict[str, object]) -> str | None:
@@ -65,6 +69,9 @@ class Held:
     on_end: Callable[[str], None]
     next_beat: float = 0.0
     unobservable_logged: bool = field(default=False)
+    # The lease follows the process's session (migration 0023), so a session beat confirms
+    # it; False for a lease of its own row (claimed before 0023, or frozen).
+    session: bool = False
 
     def observable(self, now: float) -> bool:
         return now - self.started_at < self.time_limit and self.is_alive()
@@ -108,6 +115,11 @@ class HeartbeatThread:
         self._progress_at = 0.0
         self.ticks = 0
         self.statements = 0
+        # Session beats since the last full extension, and the shortest lease this process
+        # ever held under its session (a session beat is refused once the session has been
+        # silent for that long: some lease of it may have ended).
+        self._session_beats = 0
+        self._shortest_session_ms = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -132,7 +144,12 @@ class HeartbeatThread:
 
     def hold(self, held: Held) -> None:
         held.next_beat = held.started_at + held.heartbeat
+        held.session = held.job.session_lease
         with self._lock:
+            if held.session and (
+                not self._shortest_session_ms or held.lease_ms < self._shortest_session_ms
+            ):
+                self._shortest_session_ms = held.lease_ms
             self._held[held.job.id] = held
             beat_sooner = held.next_beat < self._beat_at
             watch_sooner = held.ownership.deadline < self._watch_at
@@ -191,17 +208,21 @@ class HeartbeatThread:
                     if h.next_beat <= now + h.heartbeat / 2 and not h.ownership.ended
                 ]
                 # The others it can observe are named too: a session lease (migration 0023)
-                # the statement names nowhere is taken for unobservable and frozen.
+                # the full extension names nowhere is taken for unobservable and frozen; a
+                # session beat is told of those explicitly (`quiet`).
                 named = {h.job.id for h in due}
-                self._conn.keep(
-                    [
-                        h.job.id
-                        for h in held
-                        if h.job.id not in named and not h.ownership.ended and h.observable(now)
-                    ]
-                )
+                kept: list[int] = []
+                quiet: list[Held] = []
+                for h in held:
+                    if h.job.id in named or h.ownership.ended:
+                        continue
+                    if h.observable(now):
+                        kept.append(h.job.id)
+                    elif h.session:
+                        quiet.append(h)
+                self._conn.keep(kept)
             if due:
-                self._survive(self._tick, due, now)
+                self._survive(self._tick, due, now, quiet)
             self._survive(self._flush_journal)
             self._survive(self._flush_progress)
             self._survive(self._keep_alive)
@@ -263,12 +284,14 @@ class HeartbeatThread:
         except StoreError:
             pass  # progress is advisory; the next report carries the latest
 
-    def _tick(self, due: list[Held], now: float) -> None:
+    def _tick(self, due: list[Held], now: float, quiet: list[Held]) -> None:
         live: list[Held] = []
         for item in due:
             if item.observable(now):
                 live.append(item)
                 continue
+            if item.session:
+                quiet.append(item)
             item.next_beat = now + item.heartbeat
             if not item.unobservable_logged:
                 item.unobservable_logged = True
@@ -299,25 +322,41 @@ class HeartbeatThread:
         )
         failed_at = time.monotonic()
         self.ticks += 1
+        # Whichever statement goes out freezes the quiet leases (the session beat by name,
+        # the full extension because it does not name them): from now on each is a lease
+        # of its own row, which only the full extension may confirm.
+        freeze = [(h.job.id, h.job.token) for h in quiet]
+        for item in quiet:
+            item.session = False
+        # The session beat confirms leases without looking at them, so only leases that are
+        # still live by this process's own conservative deadline: one that passed (a
+        # process stopped for longer than its lease) may have been frozen and taken over
+        # meanwhile, and only the full extension's answer for it may say.
+        if self._session_beats < RECONCILE_EVERY and all(
+            h.session and h.ownership.deadline > failed_at for h in live
+        ):
+            self.statements += 1
+            try:
+                beat = self._conn.beat_session(
+                    self._owner, self._shortest_session_ms, freeze, timeout
+                )
+            except StoreError as exc:
+                self._unknown(live, exc, failed_at)
+                return
+            self._seen_at = failed_at  # the beat stamped the registry row too
+            if beat.beat_at is not None:
+                self._session_beats += 1
+                self._confirm_session(live, beat)
+                return
+            # Refused: the session was silent too long; let the full extension decide.
+        self._session_beats = 0
         self.statements += 1
         try:
             answers = self._conn.extend(
                 self._owner, [(h.job.id, h.job.token, h.lease_ms) for h in live], timeout
             )
         except StoreError as exc:
-            for item in live:
-                item.next_beat = time.monotonic() + item.heartbeat / 2
-                if item.ownership.mark_unknown():
-                    log_event(
-                        logger,
-                        "ownership_unknown",
-                        job=item.job,
-                        worker=self._owner,
-                        reason="db_error",
-                        error=type(exc).__name__,
-                        remaining=round(item.ownership.remaining(), 3),
-                        since_confirmed=round(failed_at - item.ownership.confirmed_at, 3),
-                    )
+            self._unknown(live, exc, failed_at)
             return
         self._seen_at = failed_at  # the extension stamped the registry row too
         by_id = {h.job.id: h for h in live}
@@ -348,6 +387,48 @@ class HeartbeatThread:
             )
         if lost:
             self._report_lost(lost, timeout)
+
+    def _unknown(self, live: list[Held], exc: StoreError, failed_at: float) -> None:
+        """The database did not answer: ownership of every lease sent is unknown until the
+        next beat, which comes in half a period."""
+        for item in live:
+            item.next_beat = time.monotonic() + item.heartbeat / 2
+            if item.ownership.mark_unknown():
+                log_event(
+                    logger,
+                    "ownership_unknown",
+                    job=item.job,
+                    worker=self._owner,
+                    reason="db_error",
+                    error=type(exc).__name__,
+                    remaining=round(item.ownership.remaining(), 3),
+                    since_confirmed=round(failed_at - item.ownership.confirmed_at, 3),
+                )
+
+    def _confirm_session(self, live: list[Held], beat: SessionBeat) -> None:
+        """A session beat confirmed every lease of the session: each now ends its own
+        length after the beat, on the database's clock. No row per lease came back, so
+        this costs the process a few operations per lease, not a parsed row."""
+        sent_at, age = beat.sent_at, beat.age
+        debug = logger.isEnabledFor(logging.DEBUG)
+        for item in live:
+            remaining = item.lease_ms / 1000 - age
+            previous = item.ownership.confirmed_at
+            item.ownership.confirm(sent_at, remaining)
+            item.unobservable_logged = False
+            item.next_beat = sent_at + item.heartbeat
+            if debug:
+                log_event(
+                    logger,
+                    "heartbeat_ok",
+                    job=item.job,
+                    worker=self._owner,
+                    level=logging.DEBUG,
+                    heartbeat_age=round(sent_at - previous, 3),
+                    lease_remaining=round(remaining, 3),
+                    deadline_monotonic=round(sent_at + remaining, 3),
+                    via="session",
+                )
 
     def _report_lost(self, lost: list[Held], timeout: float) -> None:
         """Zero rows: lost, unless this very owner ended the job itself meanwhile.

@@ -16,7 +16,14 @@ import pytest
 from tests.integration.store.helpers import new_job
 from tests.support.waiting import wait_until
 
-from tenure._store import ClaimedJob, Extension, Finish, Store, WorkerRegistration
+from tenure._store import (
+    ClaimedJob,
+    Extension,
+    Finish,
+    SessionBeat,
+    Store,
+    WorkerRegistration,
+)
 from tenure._worker._heartbeat import HeartbeatThread, Held
 from tenure._worker._ownership import Ownership
 
@@ -25,13 +32,16 @@ LEASE_MS = 30_000
 
 
 class Recorded:
-    """The job ids of each extend statement the thread sent."""
+    """The job ids each beat renewed: a full extension's, or those a session beat
+    (migration 0023) confirmed."""
 
     def __init__(self, thread: HeartbeatThread) -> None:
         self.calls: list[list[int]] = []
+        self.session_beats = 0
         self._lock = threading.Lock()
         conn = thread._conn
         send = conn.extend
+        confirm = thread._confirm_session
 
         def extend(
             owner: str, held: Sequence[tuple[int, int, int]], timeout: float
@@ -40,7 +50,14 @@ class Recorded:
                 self.calls.append(sorted(h[0] for h in held))
             return send(owner, held, timeout)
 
+        def confirmed(live: list[Held], beat: SessionBeat) -> None:
+            with self._lock:
+                self.calls.append(sorted(h.job.id for h in live))
+                self.session_beats += 1
+            confirm(live, beat)
+
         conn.extend = extend  # type: ignore[method-assign]
+        thread._confirm_session = confirmed  # type: ignore[method-assign]
 
     def snapshot(self) -> list[list[int]]:
         with self._lock:

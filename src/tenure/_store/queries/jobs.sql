@@ -144,7 +144,8 @@ WITH policy AS (
     WHERE j.id = picked.id AND p.tool = j.tool
     RETURNING j.id, j.tool, j.token, j.attempt, j.max_attempts, j.payload, j.payload_hash,
               j.idempotency_key, j.lease_until, picked.previous_owner, picked.previous_token,
-              j.payload_hmac, j.run_after, j.waitpoints, j.trace_context, j.tenant
+              j.payload_hmac, j.run_after, j.waitpoints, j.trace_context, j.tenant,
+              j.lease_ms IS NOT NULL AS session_lease
 ), journal AS (
     -- A reclaim journals the expired lease under its own token, attempt and owner, then the
     -- claim. duration_ms: how long the job had been claimable (since run_after, or since the
@@ -281,6 +282,39 @@ SELECT h.id,
 FROM held h
 LEFT JOIN extended e ON e.id = h.id
 LEFT JOIN mine m ON m.id = h.id AND m.token = h.token
+
+-- name: beat_session
+-- The heartbeat's fast path (migration 0023): one update of the process's session row
+-- confirms every lease that follows it, whatever their number, and reads no job row. It
+-- is refused (beat_at NULL) when the session is missing or was last heard of too long
+-- ago for its shortest lease (the lesser of what the session recorded and what the caller
+-- holds): then some lease of it may have ended, and only extend_leases, which looks at
+-- each, may decide which. `freeze` names (id, token) of session leases whose executor
+-- became unobservable: each is frozen where the previous beat left it, as extend_leases
+-- freezes a lease it is not told of, and is a lease of its own row from then on.
+WITH previous AS (
+    SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = %(owner)s
+), beat AS (
+    UPDATE tenure_sessions s SET beat_at = clock_timestamp()
+    WHERE s.owner = %(owner)s
+      AND s.beat_at + least(s.min_lease_ms, %(shortest_ms)s) * interval '1 millisecond'
+          > clock_timestamp()
+    RETURNING s.beat_at
+), frozen AS (
+    UPDATE tenure_jobs j
+    SET lease_ms = NULL,
+        lease_until = tenure_lease_end(j.lease_until, j.lease_ms, (SELECT beat_at FROM previous))
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS f(id, token)
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.id = f.id AND j.token = f.token AND j.owner = %(owner)s AND j.state = 'running'
+      AND coalesce(j.lease_ms, 0) > 0
+    RETURNING j.id
+), seen AS (
+    -- The registry's keep-alive, as in extend_leases.
+    UPDATE tenure_workers SET last_seen_at = clock_timestamp() WHERE name = %(owner)s
+)
+SELECT (SELECT b.beat_at FROM beat b) AS beat_at, clock_timestamp() AS db_now,
+       ARRAY(SELECT f.id FROM frozen f) AS frozen
 
 -- name: finish_many
 WITH outcome AS (
