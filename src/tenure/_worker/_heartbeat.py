@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Self
 
 from .._errors import StoreError
-from .._log import log_event
+from .._log import enabled, log_event
 from .._store import ClaimedJob, JournalRow, LeaseConnection, SessionBeat, WorkerRegistration
 from ._ownership import Ownership
 
@@ -346,7 +346,7 @@ class HeartbeatThread:
             self._seen_at = failed_at  # the beat stamped the registry row too
             if beat.beat_at is not None:
                 self._session_beats += 1
-                self._confirm_session(live, beat)
+                self._confirm_session(live, beat, left_at_send)
                 return
             # Refused: the session was silent too long; let the full extension decide.
         self._session_beats = 0
@@ -405,19 +405,21 @@ class HeartbeatThread:
                     since_confirmed=round(failed_at - item.ownership.confirmed_at, 3),
                 )
 
-    def _confirm_session(self, live: list[Held], beat: SessionBeat) -> None:
+    def _confirm_session(
+        self, live: list[Held], beat: SessionBeat, left_at_send: dict[int, float]
+    ) -> None:
         """A session beat confirmed every lease of the session: each now ends its own
         length after the beat, on the database's clock. No row per lease came back, so
         this costs the process a few operations per lease, not a parsed row."""
         sent_at, age = beat.sent_at, beat.age
-        debug = logger.isEnabledFor(logging.DEBUG)
+        wanted = enabled(logger, "heartbeat_ok", logging.DEBUG)  # a handler, or the log
         for item in live:
             remaining = item.lease_ms / 1000 - age
             previous = item.ownership.confirmed_at
             item.ownership.confirm(sent_at, remaining)
             item.unobservable_logged = False
             item.next_beat = sent_at + item.heartbeat
-            if debug:
+            if wanted:
                 log_event(
                     logger,
                     "heartbeat_ok",
@@ -425,6 +427,7 @@ class HeartbeatThread:
                     worker=self._owner,
                     level=logging.DEBUG,
                     heartbeat_age=round(sent_at - previous, 3),
+                    lease_left=round(left_at_send[item.job.id], 3),
                     lease_remaining=round(remaining, 3),
                     deadline_monotonic=round(sent_at + remaining, 3),
                     via="session",

@@ -54,7 +54,7 @@ WORKER: list[str | bytes] = ["worker", APP]
 ENQUEUE: list[str | bytes] = ["enqueue", APP, "echo", PAYLOAD]
 
 NUMBERS: dict[str, Case] = {
-    **numeric(WORKER, "--concurrency", "0", "-1", "10001", "1.5", "", " "),
+    **numeric(WORKER, "--concurrency", "0", "-1", "100001", "1.5", "", " "),
     **numeric(WORKER, "--claim-batch", "0", "1001"),
     **numeric(WORKER, "--poll-interval", "0", "-1", "61", "0.001"),
     **numeric(WORKER, "--grace", "-1", "3601"),
