@@ -50,9 +50,7 @@ class Recorded:
                 self.calls.append(sorted(h[0] for h in held))
             return send(owner, held, timeout)
 
-        def confirmed(
-            live: list[Held], beat: SessionBeat, left_at_send: dict[int, float]
-        ) -> None:
+        def confirmed(live: list[Held], beat: SessionBeat, left_at_send: dict[int, float]) -> None:
             with self._lock:
                 self.calls.append(sorted(h.job.id for h in live))
                 self.session_beats += 1
