@@ -8,7 +8,8 @@
 -- migration that made it, 0001-0023, says more). Statements that migrations later replaced
 -- are shown only in their current form: tenure_admit (0004, replaced in 0005 and 0023), the claim
 -- index tenure_jobs_queued (0001, rebuilt in 0004 and 0005), the journal's notable index
--- (0002, rebuilt in 0006) and the jobs' state CHECK (0001, widened in 0008).
+-- (0002, rebuilt in 0006), the jobs' state CHECK (0001, widened in 0008) and the workers'
+-- concurrency CHECK (0011, widened in 0023).
 --
 -- tests/integration/store/test_schema_snapshot.py applies this file to one fresh schema and the
 -- migrations to another, and compares their catalogs (columns, constraints, indexes,
@@ -748,7 +749,7 @@ CREATE TABLE tenure_workers (
     pid           integer     NOT NULL CHECK (pid >= 0),
     version       text        NOT NULL CHECK (length(version) <= 64),
     tools         text[]      NOT NULL CHECK (cardinality(tools) <= 10000),
-    concurrency   integer     NOT NULL CHECK (concurrency BETWEEN 1 AND 10000),
+    concurrency   integer     NOT NULL CHECK (concurrency BETWEEN 1 AND 100000),
     keepalive_ms  integer     NOT NULL CHECK (keepalive_ms BETWEEN 100 AND 3600000),
     started_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
     last_seen_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
