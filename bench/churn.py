@@ -90,6 +90,16 @@ class Sample:
     tenure: int
     database: int
 
+    def row(self) -> str:
+        """This sample as a row of the Markdown table."""
+        return (
+            f"| {int(self.at) // 60}:{int(self.at) % 60:02d} | {self.enqueued:,} "
+            f"| {self.finished:,} | {self.live:,} / {self.dead:,} | {self.pruned:,} "
+            f"| {self.autovacuums} / {self.events_autovacuums} | {mb(self.jobs_table)} "
+            f"| {mb(self.jobs_indexes)} | {mb(self.events)} | {mb(self.tenure)} "
+            f"| {mb(self.database)} |"
+        )
+
 
 @contextlib.contextmanager
 def own_server() -> Iterator[str]:
@@ -191,12 +201,11 @@ async def run(args: argparse.Namespace, dsn: str, tmp: Path) -> None:
         row = await cur.fetchone()
         assert row is not None
         await backends_cpu()
-        return Sample(
-            time.monotonic() - t0,
-            enqueued,
-            counts(stats).get("succeeded", 0),
-            *(int(v) for v in row),
+        taken = Sample(
+            time.monotonic() - t0, enqueued, counts(stats).get("succeeded", 0), *map(int, row)
         )
+        print(taken.row(), file=sys.stderr, flush=True)  # progress, for a long run
+        return taken
 
     try:
         deadline = time.monotonic() + 60
@@ -287,11 +296,7 @@ async def run(args: argparse.Namespace, dsn: str, tmp: Path) -> None:
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s in samples:
-        print(
-            f"| {int(s.at) // 60}:{int(s.at) % 60:02d} | {s.enqueued:,} | {s.finished:,} | {s.live:,} / {s.dead:,} "
-            f"| {s.pruned:,} | {s.autovacuums} / {s.events_autovacuums} | {mb(s.jobs_table)} | {mb(s.jobs_indexes)} "
-            f"| {mb(s.events)} | {mb(s.tenure)} | {mb(s.database)} |"
-        )
+        print(s.row())
     print()
     third = produced_s / 3
     first = at_time(samples, third).tenure - at_time(samples, 0).tenure
