@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from scratch import drop_database, fresh_database, proc_cpu
+from scratch import drop_database, fresh_database, proc_cpu, stop_processes
 
 from tenure import App
 from tenure._store import migrate
@@ -198,13 +197,7 @@ def main() -> None:
             " AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) > clock_timestamp()",
         )
     finally:
-        for w in workers:
-            w.send_signal(signal.SIGTERM)
-        for w in workers:
-            try:
-                w.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                w.kill()
+        stop_processes(workers, timeout=120)
         conn.close()
         drop_database(DB)
 

@@ -1,10 +1,13 @@
 """Scratch databases and process CPU for the bench's standalone scripts
-(statements.py, enqueue_calls.py, scale.py): each makes a fresh database of its own
+(statements.py, enqueue_calls.py, scale.py, churn.py): each makes a fresh database of its own
 on $BENCH_ADMIN_DSN's server and drops it at the end."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+from collections.abc import Sequence
 
 import psycopg
 from psycopg import sql
@@ -37,3 +40,14 @@ def proc_cpu(pid: int) -> float:
     except FileNotFoundError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> None:
+    """SIGTERM to every process, then wait for each (``timeout`` s) and kill what is left."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()

@@ -14,8 +14,6 @@ Usage: python hold_worker.py --stats FILE [--concurrency N] [--claim-batch B]
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import logging
 import os
 import sys
@@ -26,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+from _stats import run_writing_stats
 
 import tenure._worker._worker as worker_module
 from tenure._store import LeaseConnection
@@ -142,24 +142,9 @@ def main() -> None:
         grace=0.0,
     )
 
-    def write() -> None:
-        tmp = args.stats + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(snapshot(worker), fh)
-        os.replace(tmp, args.stats)
-
-    stop = threading.Event()
-
-    def writer() -> None:
-        while not stop.wait(0.5):
-            write()
-
-    threading.Thread(target=writer, daemon=True).start()
     try:
-        asyncio.run(worker.run())
+        run_writing_stats(worker, args.stats, lambda: snapshot(worker))
     finally:
-        stop.set()
-        write()
         app.close()
 
 
