@@ -369,30 +369,14 @@ class HeartbeatThread:
         self._seen_at = failed_at  # the extension stamped the registry row too
         by_id = {h.job.id: h for h in live}
         lost: list[Held] = []
+        wanted = enabled(logger, "heartbeat_ok", logging.DEBUG)
         for answer in answers:
             item = by_id[answer.job_id]
-            sent_at = answer.sent_at
             remaining = answer.remaining
             if remaining is None:
                 lost.append(item)
                 continue
-            previous = item.ownership.confirmed_at
-            item.ownership.confirm(sent_at, remaining)
-            item.unobservable_logged = False
-            item.next_beat = sent_at + item.heartbeat
-            # DEBUG: 10,000 held leases must not flood the log (nor, unless configured, the
-            # journal); metrics still see every beat.
-            log_event(
-                logger,
-                "heartbeat_ok",
-                job=item.job,
-                worker=self._owner,
-                level=logging.DEBUG,
-                heartbeat_age=round(sent_at - previous, 3),
-                lease_left=round(left_at_send[item.job.id], 3),
-                lease_remaining=round(remaining, 3),
-                deadline_monotonic=round(sent_at + remaining, 3),
-            )
+            self._confirm(item, answer.sent_at, remaining, left_at_send, wanted)
         if lost:
             self._report_lost(lost, timeout)
 
@@ -420,26 +404,41 @@ class HeartbeatThread:
         length after the beat, on the database's clock. No row per lease came back, so
         this costs the process a few operations per lease, not a parsed row."""
         sent_at, age = beat.sent_at, beat.age
-        wanted = enabled(logger, "heartbeat_ok", logging.DEBUG)  # a handler, or the log
+        wanted = enabled(logger, "heartbeat_ok", logging.DEBUG)
         for item in live:
             remaining = item.lease_ms / 1000 - age
-            previous = item.ownership.confirmed_at
-            item.ownership.confirm(sent_at, remaining)
-            item.unobservable_logged = False
-            item.next_beat = sent_at + item.heartbeat
-            if wanted:
-                log_event(
-                    logger,
-                    "heartbeat_ok",
-                    job=item.job,
-                    worker=self._owner,
-                    level=logging.DEBUG,
-                    heartbeat_age=round(sent_at - previous, 3),
-                    lease_left=round(left_at_send[item.job.id], 3),
-                    lease_remaining=round(remaining, 3),
-                    deadline_monotonic=round(sent_at + remaining, 3),
-                    via="session",
-                )
+            self._confirm(item, sent_at, remaining, left_at_send, wanted, via="session")
+
+    def _confirm(
+        self,
+        item: Held,
+        sent_at: float,
+        remaining: float,
+        left_at_send: dict[int, float],
+        wanted: bool,
+        via: str | None = None,
+    ) -> None:
+        """One lease confirmed by a beat sent at ``sent_at``: its deadline moves, its next
+        beat is due a period later. ``wanted``: whether a handler or the log takes its
+        heartbeat_ok, at DEBUG (10,000 held leases must not flood the log nor, unless
+        configured, the journal; metrics still see every beat)."""
+        previous = item.ownership.confirmed_at
+        item.ownership.confirm(sent_at, remaining)
+        item.unobservable_logged = False
+        item.next_beat = sent_at + item.heartbeat
+        if wanted:
+            log_event(
+                logger,
+                "heartbeat_ok",
+                job=item.job,
+                worker=self._owner,
+                level=logging.DEBUG,
+                heartbeat_age=round(sent_at - previous, 3),
+                lease_left=round(left_at_send[item.job.id], 3),
+                lease_remaining=round(remaining, 3),
+                deadline_monotonic=round(sent_at + remaining, 3),
+                via=via,
+            )
 
     def _report_lost(self, lost: list[Held], timeout: float) -> None:
         """Zero rows: lost, unless this very owner ended the job itself meanwhile.
