@@ -62,6 +62,15 @@ _SPECS = (
         duration="heartbeat_age",
     ),
     EventSpec(
+        "heartbeat_batch",
+        "heartbeat thread (DEBUG log)",
+        "-",
+        "one heartbeat statement confirmed leases of one tool: leases (how many), "
+        "heartbeat_age (the longest time since a confirmation it renewed), lease_left (the "
+        "least lease left when it was sent), via (session or extension). The metrics read "
+        "this, not each heartbeat_ok: one observation per tool and beat, however many leases",
+    ),
+    EventSpec(
         "heartbeat_withheld",
         "heartbeat thread (log)",
         "- (journaled as heartbeat_lost, reason executor_unobservable)",

@@ -88,6 +88,9 @@ Labels = tuple[str, ...]
 # What every job does, counted by `MetricsInterceptor` where it happens rather than from its
 # event: with metrics on, a busy worker still skips building these DEBUG events.
 INTERCEPTED = frozenset({"job_claimed", "call_finished", "call_abandoned"})
+# Kinds counted from another event: each heartbeat_batch says how many leases one beat
+# confirmed, so 100,000 held leases cost the metrics one event per tool and beat.
+FROM_BATCH = frozenset({"heartbeat_ok"})
 
 
 class ToolLabels:
@@ -195,14 +198,16 @@ class Metrics:
         )
         self.heartbeat_age = Histogram(
             "tenure_heartbeat_age_seconds",
-            "Time since the previous confirmed heartbeat, observed at each extension",
+            "The longest time since a confirmation that a heartbeat renewed, one observation "
+            "per tool and beat",
             TOOL_LABELS,
             buckets=LEASE_BUCKETS,
             registry=r,
         )
         self.lease_remaining = Histogram(
             "tenure_lease_remaining_seconds",
-            "Confirmed lease left when a heartbeat was sent (how close it came to expiry)",
+            "The least confirmed lease left when a heartbeat was sent, one observation per "
+            "tool and beat (how close the closest lease came to expiry)",
             TOOL_LABELS,
             buckets=LEASE_BUCKETS,
             registry=r,
@@ -218,7 +223,7 @@ class Metrics:
         self._by_kind: dict[str, Callable[[Event, tuple[str, str, str]], None]] = {
             "job_claimed": self._claimed,
             "lease_expired": lambda e, t: self._child(self.expired, *t).inc(),
-            "heartbeat_ok": self._heartbeat,
+            "heartbeat_batch": self._heartbeat,
             "heartbeat_withheld": lambda e, t: self._failure(t, "executor_unobservable"),
             "heartbeat_lost": lambda e, t: self._failure(t, str(e.fields.get("reason"))),
             "ownership_unknown": lambda e, t: self._failure(t, "db_error"),
@@ -253,6 +258,8 @@ class Metrics:
                 self._child(self.heartbeat_failures, *labels, reason)
 
     def __call__(self, event: Event) -> None:
+        if event.kind in FROM_BATCH:
+            return  # counted from its heartbeat_batch, which says how many there were
         self._child(self.events, event.kind if event.kind in EVENTS else OTHER).inc()
         handle = self._by_kind.get(event.kind)
         if handle is not None:
@@ -264,6 +271,9 @@ class Metrics:
             self._child(self.reclaimed, *tool).inc()
 
     def _heartbeat(self, event: Event, tool: tuple[str, str, str]) -> None:
+        leases = event.fields.get("leases")
+        if isinstance(leases, int) and leases > 0:
+            self._child(self.events, "heartbeat_ok").inc(leases)
         age = event.fields.get("heartbeat_age")
         left = event.fields.get("lease_left")
         if isinstance(age, int | float):
@@ -326,7 +336,7 @@ def process_metrics() -> Metrics:
             from .._log import attach
 
             _process_metrics = Metrics()
-            attach(_process_metrics, kinds=(EVENTS.keys() - INTERCEPTED))
+            attach(_process_metrics, kinds=(EVENTS.keys() - INTERCEPTED - FROM_BATCH))
             add_process(MetricsInterceptor(_process_metrics))
         return _process_metrics
 

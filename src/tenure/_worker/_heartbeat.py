@@ -55,6 +55,28 @@ def _code(detail: dict[str, object]) -> str | None:
     return None if code is None else str(code)
 
 
+@dataclass(slots=True)
+class _Tally:
+    """What one beat confirmed of one tool's leases: one heartbeat_batch event, so that
+    whoever watches beats (the metrics) pays per tool and beat, not per held lease."""
+
+    leases: int = 0
+    oldest: float = 0.0  # the longest time since a confirmation that the beat renewed
+    least_left: float = float("inf")  # the least lease left when the beat was sent
+
+    def add(self, age: float, left: float) -> None:
+        self.leases += 1
+        if age > self.oldest:
+            self.oldest = age
+        if left < self.least_left:
+            self.least_left = left
+
+
+def _tallies() -> dict[str, _Tally] | None:
+    """Per-tool tallies for this beat, or None when nobody takes heartbeat_batch."""
+    return {} if enabled(logger, "heartbeat_batch", logging.DEBUG) else None
+
+
 @dataclass(eq=False, slots=True)
 class Held:
     """One lease this process holds, and how to tell whether its executor lives."""
@@ -370,13 +392,15 @@ class HeartbeatThread:
         by_id = {h.job.id: h for h in live}
         lost: list[Held] = []
         wanted = enabled(logger, "heartbeat_ok", logging.DEBUG)
+        tallies = _tallies()
         for answer in answers:
             item = by_id[answer.job_id]
             remaining = answer.remaining
             if remaining is None:
                 lost.append(item)
                 continue
-            self._confirm(item, answer.sent_at, remaining, left_at_send, wanted)
+            self._confirm(item, answer.sent_at, remaining, left_at_send, wanted, tallies)
+        self._report_batch(tallies, "extension")
         if lost:
             self._report_lost(lost, timeout)
 
@@ -405,9 +429,11 @@ class HeartbeatThread:
         this costs the process a few operations per lease, not a parsed row."""
         sent_at, age = beat.sent_at, beat.age
         wanted = enabled(logger, "heartbeat_ok", logging.DEBUG)
+        tallies = _tallies()
         for item in live:
             remaining = item.lease_ms / 1000 - age
-            self._confirm(item, sent_at, remaining, left_at_send, wanted, via="session")
+            self._confirm(item, sent_at, remaining, left_at_send, wanted, tallies, "session")
+        self._report_batch(tallies, "session")
 
     def _confirm(
         self,
@@ -416,16 +442,23 @@ class HeartbeatThread:
         remaining: float,
         left_at_send: dict[int, float],
         wanted: bool,
+        tallies: dict[str, _Tally] | None,
         via: str | None = None,
     ) -> None:
         """One lease confirmed by a beat sent at ``sent_at``: its deadline moves, its next
-        beat is due a period later. ``wanted``: whether a handler or the log takes its
+        beat is due a period later. ``wanted``: whether a handler or the log takes its own
         heartbeat_ok, at DEBUG (10,000 held leases must not flood the log nor, unless
-        configured, the journal; metrics still see every beat)."""
+        configured, the journal); ``tallies``: its tool's share of the beat's
+        heartbeat_batch, which the metrics read instead."""
         previous = item.ownership.confirmed_at
         item.ownership.confirm(sent_at, remaining)
         item.unobservable_logged = False
         item.next_beat = sent_at + item.heartbeat
+        if tallies is not None:
+            tally = tallies.get(item.job.tool)
+            if tally is None:
+                tally = tallies[item.job.tool] = _Tally()
+            tally.add(sent_at - previous, left_at_send[item.job.id])
         if wanted:
             log_event(
                 logger,
@@ -437,6 +470,21 @@ class HeartbeatThread:
                 lease_left=round(left_at_send[item.job.id], 3),
                 lease_remaining=round(remaining, 3),
                 deadline_monotonic=round(sent_at + remaining, 3),
+                via=via,
+            )
+
+    def _report_batch(self, tallies: dict[str, _Tally] | None, via: str) -> None:
+        """One heartbeat_batch per tool the beat confirmed leases of."""
+        for tool, tally in (tallies or {}).items():
+            log_event(
+                logger,
+                "heartbeat_batch",
+                tool=tool,
+                worker=self._owner,
+                level=logging.DEBUG,
+                leases=tally.leases,
+                heartbeat_age=round(tally.oldest, 3),
+                lease_left=round(tally.least_left, 3),
                 via=via,
             )
 

@@ -256,7 +256,13 @@ def test_metrics_count_the_contracts_events() -> None:
         Event("job_claimed", job=1, **tool),
         Event("job_claimed", job=1, fields={"previous_token": 4}, **tool),
         Event("lease_expired", job=1, **tool),
-        Event("heartbeat_ok", job=1, fields={"heartbeat_age": 0.3, "lease_left": 1.2}, **tool),
+        # Counted from the beat's heartbeat_batch (3 leases), not one by one.
+        Event("heartbeat_ok", job=1, fields={"heartbeat_age": 9.0, "lease_left": 0.1}, **tool),
+        Event(
+            "heartbeat_batch",
+            fields={"leases": 3, "heartbeat_age": 0.3, "lease_left": 1.2},
+            **tool,
+        ),
         Event("heartbeat_withheld", job=1, **tool),
         Event("heartbeat_lost", job=1, fields={"reason": "zero_rows"}, **tool),
         Event("heartbeat_lost", job=1, fields={"reason": "made_up"}, **tool),
@@ -284,7 +290,10 @@ def test_metrics_count_the_contracts_events() -> None:
     ]:
         assert s[("tenure_heartbeat_failures_total", tuple(sorted((*t, ("reason", reason)))))] == n
     assert s[("tenure_heartbeat_age_seconds_count", t)] == 1
+    assert s[("tenure_heartbeat_age_seconds_sum", t)] == 0.3
     assert s[("tenure_lease_remaining_seconds_sum", t)] == 1.2
+    assert s[("tenure_events_total", (("kind", "heartbeat_ok"),))] == 3
+    assert s[("tenure_events_total", (("kind", "heartbeat_batch"),))] == 1
     succeeded = tuple(sorted((*t, ("outcome", "succeeded"))))
     assert s[("tenure_tool_duration_seconds_sum", succeeded)] == 2.0
     assert s[("tenure_events_total", (("kind", "other"),))] == 1
