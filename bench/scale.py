@@ -3,6 +3,7 @@
 """Leases at scale: many worker processes each holding thousands of long calls.
 
     bench/.venv/bin/python bench/scale.py [--procs 10] [--per-proc 10000] [--seconds 300]
+                                          [--enqueue-rate JOBS_PER_S]
 
 Starts ``--procs`` bench/apps/hold_worker.py processes (the real Worker, in-process,
 its heartbeat thread's connection counted), queues procs × per-proc ``hold`` calls
@@ -76,6 +77,13 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=10)
     parser.add_argument("--per-proc", type=int, default=10_000)
     parser.add_argument("--seconds", type=float, default=300.0)
+    parser.add_argument(
+        "--enqueue-rate",
+        type=float,
+        default=0.0,
+        help="jobs queued per second (default 0: as fast as enqueue_many goes); a paced "
+        "ramp-up keeps 2 cores from claiming a million calls at once",
+    )
     args = parser.parse_args()
     total = args.procs * args.per_proc
     dsn = fresh_database(DB)
@@ -121,14 +129,19 @@ def main() -> None:
         async def hold(ctx, seconds: float) -> None:  # type: ignore[no-untyped-def]
             return None
 
-        hold_for = args.seconds + 4 * LEASE + 120
+        rate = args.enqueue_rate
+        chunk = 10_000 if rate <= 0 else max(1, min(10_000, int(rate)))
+        ramp_s = total / rate if rate > 0 else 0.0  # the first call must outlive the window
+        hold_for = ramp_s + args.seconds + 4 * LEASE + 120
         t0 = time.monotonic()
 
         async def enqueue() -> float:
             started = time.perf_counter()
-            for start in range(0, total, 10_000):
-                n = min(10_000, total - start)
+            for start in range(0, total, chunk):
+                n = min(chunk, total - start)
                 await app.enqueue_many("hold", [{"seconds": hold_for}] * n)
+                if rate > 0:  # the next chunk when the rate says so
+                    await asyncio.sleep(started + (start + n) / rate - time.perf_counter())
             elapsed = time.perf_counter() - started
             await app.aclose()
             return elapsed
@@ -136,7 +149,7 @@ def main() -> None:
         enqueue_s = asyncio.run(enqueue())
         while one(conn, "SELECT count(*) FROM tenure_jobs WHERE state = 'running'") < total:
             # 1,000 a second at least (1,000,000 leases: enqueued and claimed in minutes).
-            if time.monotonic() - t0 > max(600, total / 1000) or any(
+            if time.monotonic() - t0 > max(600, total / 1000, ramp_s + 300) or any(
                 w.poll() is not None for w in workers
             ):
                 raise RuntimeError(f"not all {total} running; logs in {tmp}")
@@ -227,7 +240,7 @@ def main() -> None:
     print("| figure | value |")
     print("|---|---:|")
     print(
-        f"| bulk enqueue of {total:,} (enqueue_many, 10,000 per call) | {total / enqueue_s:,.0f} jobs/s |"
+        f"| bulk enqueue of {total:,} (enqueue_many, {chunk:,} per call{', paced' if rate > 0 else ''}) | {total / enqueue_s:,.0f} jobs/s |"
     )
     print(f"| enqueue → all {total:,} running | {all_running_s:.1f} s |")
     print(f"| session beats / full extensions in the window | {session_beats:,} / {full_beats:,} |")

@@ -339,15 +339,16 @@ class HeartbeatThread:
         if not live:
             return
         # A plain read of each deadline, no lock per lease (remaining() without the lock:
-        # none of these has ended).
-        left_at_send = {h.job.id: max(0.0, h.ownership.deadline - now) for h in live}
+        # none of these has ended). Each lease's own margin is read again only if an event
+        # wants it (the deadline moves only when this thread confirms it).
+        least_left = max(0.0, min(h.ownership.deadline for h in live) - now)
         # Wait for the answer one period, or half the lease left if that is longer:
         # ownership is judged from the send time, so a slow answer (10,000 rows on a
         # loaded server) is still a good one, and giving up after one period would mark
         # every lease unknown at once and send the same slow statement again. Half, so a
         # partition is still reported as unknown well before the deadline ends the call.
         timeout = min(
-            max(min(h.heartbeat for h in live), min(left_at_send.values()) / 2, MIN_TIMEOUT),
+            max(min(h.heartbeat for h in live), least_left / 2, MIN_TIMEOUT),
             MAX_TIMEOUT,
         )
         failed_at = time.monotonic()
@@ -376,7 +377,7 @@ class HeartbeatThread:
             self._seen_at = failed_at  # the beat stamped the registry row too
             if beat.beat_at is not None:
                 self._session_beats += 1
-                self._confirm_session(live, beat, left_at_send)
+                self._confirm_session(live, beat, now)
                 return
             # Refused: the session was silent too long; let the full extension decide.
         self._session_beats = 0
@@ -399,7 +400,7 @@ class HeartbeatThread:
             if remaining is None:
                 lost.append(item)
                 continue
-            self._confirm(item, answer.sent_at, remaining, left_at_send, wanted, tallies)
+            self._confirm(item, answer.sent_at, remaining, now, wanted, tallies)
         self._report_batch(tallies, "extension")
         if lost:
             self._report_lost(lost, timeout)
@@ -421,9 +422,7 @@ class HeartbeatThread:
                     since_confirmed=round(failed_at - item.ownership.confirmed_at, 3),
                 )
 
-    def _confirm_session(
-        self, live: list[Held], beat: SessionBeat, left_at_send: dict[int, float]
-    ) -> None:
+    def _confirm_session(self, live: list[Held], beat: SessionBeat, ticked_at: float) -> None:
         """A session beat confirmed every lease of the session: each now ends its own
         length after the beat, on the database's clock. No row per lease came back, so
         this costs the process a few operations per lease, not a parsed row."""
@@ -432,7 +431,7 @@ class HeartbeatThread:
         tallies = _tallies()
         for item in live:
             remaining = item.lease_ms / 1000 - age
-            self._confirm(item, sent_at, remaining, left_at_send, wanted, tallies, "session")
+            self._confirm(item, sent_at, remaining, ticked_at, wanted, tallies, "session")
         self._report_batch(tallies, "session")
 
     def _confirm(
@@ -440,7 +439,7 @@ class HeartbeatThread:
         item: Held,
         sent_at: float,
         remaining: float,
-        left_at_send: dict[int, float],
+        ticked_at: float,
         wanted: bool,
         tallies: dict[str, _Tally] | None,
         via: str | None = None,
@@ -449,8 +448,12 @@ class HeartbeatThread:
         beat is due a period later. ``wanted``: whether a handler or the log takes its own
         heartbeat_ok, at DEBUG (10,000 held leases must not flood the log nor, unless
         configured, the journal); ``tallies``: its tool's share of the beat's
-        heartbeat_batch, which the metrics read instead."""
+        heartbeat_batch, which the metrics read instead. ``ticked_at``: when the beat was
+        prepared; the lease left then is read only for those."""
         previous = item.ownership.confirmed_at
+        left = 0.0
+        if tallies is not None or wanted:
+            left = max(0.0, item.ownership.deadline - ticked_at)  # not confirmed yet
         item.ownership.confirm(sent_at, remaining)
         item.unobservable_logged = False
         item.next_beat = sent_at + item.heartbeat
@@ -458,7 +461,7 @@ class HeartbeatThread:
             tally = tallies.get(item.job.tool)
             if tally is None:
                 tally = tallies[item.job.tool] = _Tally()
-            tally.add(sent_at - previous, left_at_send[item.job.id])
+            tally.add(sent_at - previous, left)
         if wanted:
             log_event(
                 logger,
@@ -467,7 +470,7 @@ class HeartbeatThread:
                 worker=self._owner,
                 level=logging.DEBUG,
                 heartbeat_age=round(sent_at - previous, 3),
-                lease_left=round(left_at_send[item.job.id], 3),
+                lease_left=round(left, 3),
                 lease_remaining=round(remaining, 3),
                 deadline_monotonic=round(sent_at + remaining, 3),
                 via=via,

@@ -50,11 +50,11 @@ class Recorded:
                 self.calls.append(sorted(h[0] for h in held))
             return send(owner, held, timeout)
 
-        def confirmed(live: list[Held], beat: SessionBeat, left_at_send: dict[int, float]) -> None:
+        def confirmed(live: list[Held], beat: SessionBeat, ticked_at: float) -> None:
             with self._lock:
                 self.calls.append(sorted(h.job.id for h in live))
                 self.session_beats += 1
-            confirm(live, beat, left_at_send)
+            confirm(live, beat, ticked_at)
 
         conn.extend = extend  # type: ignore[method-assign]
         thread._confirm_session = confirmed  # type: ignore[method-assign]
