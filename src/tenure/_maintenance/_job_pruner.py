@@ -9,10 +9,11 @@ its own idea of "old" to anyone's jobs. It deletes only jobs of the tools its
 worker runs (``scope="tools"``, the default), or of every application sharing
 the database when told so (``scope="all"``).
 
-Expired jobs go in bounded batches through the ``tenure_jobs_prune`` index,
-each batch its own short transaction under a statement timeout, rows taken
-``FOR UPDATE SKIP LOCKED`` so that the pruners of several workers share the
-work. Queued and running jobs are never touched. The journal keeps its own
+Expired jobs go in bounded batches through the ``tenure_jobs_prune`` index, tool
+by tool in ``prune_after`` order (so a round reads expired jobs only, however many
+are running or still retained), each batch its own short transaction under a
+statement timeout, rows taken ``FOR UPDATE SKIP LOCKED`` so that the pruners of
+several workers share the work. Queued and running jobs are never touched. The journal keeps its own
 retention (`tenure._maintenance._journal_pruner`), and periodic slots stay decided after
 their jobs are gone (``tenure_schedules``).
 
@@ -68,6 +69,7 @@ class JobPruner(Service):
     """One worker's job pruner (see the module docstring)."""
 
     name = "job_pruner"
+    jitter = 0.2  # twenty workers started together must not sweep in the same second
     logger = logger
 
     def __init__(

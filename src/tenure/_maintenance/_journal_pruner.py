@@ -68,6 +68,7 @@ class JournalPruner(Service):
     """One worker's journal pruner; `run_once` is also what ``tenure prune`` runs."""
 
     name = "journal_pruner"
+    jitter = 0.2  # twenty workers started together must not sweep in the same second
     logger = logger
 
     def __init__(self, store: Store, config: JournalPrunerConfig | None = None) -> None:

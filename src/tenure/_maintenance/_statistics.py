@@ -76,6 +76,7 @@ class StatisticsKeeper(Service):
     """One worker's statistics keeper (see the module docstring)."""
 
     name = "statistics"
+    jitter = 0.2  # twenty workers started together must not sweep in the same second
     logger = logger
 
     def __init__(self, store: Store, config: StatisticsConfig | None = None) -> None:

@@ -52,10 +52,8 @@ class MaintenanceStatements(StoreBase):
         only, or of every application when ``tools`` is None."""
         async with self._pool.connection() as conn, conn.transaction():
             await rows_of(conn, "set_local_timeout", {"ms": timeout_ms})
-            if tools is None:
-                rows = await rows_of(conn, "prune_all_jobs", {"limit": limit})
-            else:
-                rows = await rows_of(conn, "prune_jobs", {"tools": list(tools), "limit": limit})
+            params = {"tools": None if tools is None else list(tools), "limit": limit}
+            rows = await rows_of(conn, "prune_jobs", params)
         return int(rows[0]["n"])
 
     async def jobs_statistics(self) -> JobsStatistics:
