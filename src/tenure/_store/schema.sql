@@ -775,8 +775,9 @@ CREATE INDEX tenure_workers_last_seen ON tenure_workers (last_seen_at);
 -- == Sessions ================================================================================
 
 -- (0023) One row per worker process that claimed under a session: beat_at is its last confirmed
--- beat on the database's clock, min_lease_ms the shortest lease of its tools (a session
--- unheard of for that long is stale: the claim and the rescuer look at its jobs). A beat never
+-- beat on the database's clock, min_lease_ms the shortest lease it has given (set by its first
+-- claim that takes a job, lowered by a claim of a shorter one, never raised; a session unheard
+-- of for that long is stale: the claim and the rescuer look at its jobs). A beat never
 -- revives a lease: the statement that moves beat_at freezes, first, every lease of the
 -- process whose end has passed. Fillfactor 50: the beat is a HOT update.
 CREATE TABLE tenure_sessions (

@@ -49,6 +49,26 @@ async def test_one_beat_extends_every_lease_of_the_process_and_writes_no_job_row
     assert _rows(tenure_dsn, "SELECT id, xmin::text FROM tenure_jobs ORDER BY id") == versions
 
 
+async def test_a_session_is_as_short_as_the_leases_it_gave_not_the_tools_it_offers(
+    store: Store, tenure_dsn: str
+) -> None:
+    """A worker that also offers a short-lease tool it never runs must not look stale
+    between its beats (every claim and rescuer round would walk its running jobs)."""
+    offers = {"long": 90_000, "short": 6_000}
+    assert await store.claim("w", offers, 10) == []
+    assert _rows(tenure_dsn, "SELECT owner FROM tenure_sessions") == []  # took nothing
+    await store.enqueue(new_job("a", tool="long"))
+    await store.claim("w", offers, 10)
+    shortest = "SELECT min_lease_ms FROM tenure_sessions WHERE owner = 'w'"
+    assert _rows(tenure_dsn, shortest) == [(90_000,)]
+    await store.enqueue(new_job("b", tool="short"))
+    await store.claim("w", offers, 10)
+    assert _rows(tenure_dsn, shortest) == [(6_000,)]
+    await store.enqueue(new_job("c", tool="long"))
+    await store.claim("w", offers, 10)
+    assert _rows(tenure_dsn, shortest) == [(6_000,)]  # never longer than a lease it gave
+
+
 async def test_a_late_beat_is_refused_and_the_lease_goes_to_another_worker(
     store: Store, tenure_dsn: str
 ) -> None:

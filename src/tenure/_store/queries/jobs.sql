@@ -58,21 +58,9 @@ WITH policy AS (
     SELECT * FROM unnest(%(tools)b::text[], %(lease_ms)b::integer[]) AS p(tool, lease_ms)
 ), clock AS (
     SELECT clock_timestamp() AS now
-), opened AS (
-    -- The claimer's session, made by its first claim: its first beat is this statement's
-    -- start, so it adds nothing to the leases the claim gives (they start later), and no job
-    -- follows it yet (a data-modifying CTE runs whether or not anything reads it).
-    INSERT INTO tenure_sessions (owner, beat_at, min_lease_ms)
-    SELECT %(owner)s, (SELECT now FROM clock), min(p.lease_ms) FROM policy p
-    ON CONFLICT (owner) DO NOTHING
-    RETURNING owner
-), session AS (
-    -- KEY SHARE keeps the rescuer from deleting the session until this claim has committed
-    -- (it skips a locked session); a beat may go on meanwhile.
-    SELECT s.owner FROM tenure_sessions s WHERE s.owner = %(owner)s FOR KEY SHARE
 ), expired AS (
     -- Leases of their own row that ran out (tenure_jobs_row_leases).
-    SELECT j.id, j.owner AS previous_owner, j.token AS previous_token
+    SELECT j.id, j.tool, j.owner AS previous_owner, j.token AS previous_token
     FROM tenure_jobs j
     WHERE j.lease_until < (SELECT now FROM clock)
       AND j.state = 'running'
@@ -95,14 +83,14 @@ WITH policy AS (
     -- holds the row, and the session is skipped).
     -- Driven from the stale sessions (a one-time gate: none, no scan at all), each one's jobs
     -- by tenure_jobs_session_leases (the lateral owner = s.owner), never a scan of the table.
-    SELECT o.id, o.previous_owner, o.previous_token
+    SELECT o.id, o.tool, o.previous_owner, o.previous_token
     FROM (SELECT s.owner, s.beat_at FROM tenure_sessions s
           WHERE EXISTS (SELECT FROM stale)
             AND s.owner = ANY(ARRAY(SELECT owner FROM stale))
             AND s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
           FOR SHARE SKIP LOCKED) s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.owner AS previous_owner, j.token AS previous_token
+        SELECT j.id, j.tool, j.owner AS previous_owner, j.token AS previous_token
         FROM tenure_jobs j
         WHERE j.owner = s.owner AND j.state = 'running' AND j.lease_ms IS NOT NULL
           AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) < (SELECT now FROM clock)
@@ -113,7 +101,7 @@ WITH policy AS (
         FOR UPDATE SKIP LOCKED) o
     LIMIT %(limit)s
 ), queued AS (
-    SELECT j.id, NULL::text AS previous_owner, NULL::bigint AS previous_token
+    SELECT j.id, j.tool, NULL::text AS previous_owner, NULL::bigint AS previous_token
     FROM tenure_jobs j
     WHERE j.state = 'queued'
       AND NOT j.held
@@ -125,6 +113,30 @@ WITH policy AS (
 ), picked AS (
     (SELECT * FROM expired) UNION ALL (SELECT * FROM orphaned) UNION ALL (SELECT * FROM queued)
     LIMIT %(limit)s
+), shortest AS (
+    -- The shortest lease this claim gives (NULL: it takes nothing).
+    SELECT min(p.lease_ms) AS lease_ms FROM picked JOIN policy p ON p.tool = picked.tool
+), opened AS (
+    -- The claimer's session, made by its first claim that takes a job: its first beat is this
+    -- statement's start, so it adds nothing to the leases the claim gives (they start later).
+    -- Its shortest lease is the shortest it has given, never that of a tool it only offers
+    -- to run: a short-lease tool it never claimed had made every process look stale
+    -- between its beats, and every claim and rescuer round then walked every running job.
+    INSERT INTO tenure_sessions (owner, beat_at, min_lease_ms)
+    SELECT %(owner)s, (SELECT now FROM clock), x.lease_ms FROM shortest x
+    WHERE x.lease_ms IS NOT NULL
+    ON CONFLICT (owner) DO NOTHING
+    RETURNING owner
+), session AS (
+    -- KEY SHARE keeps the rescuer from deleting the session until this claim has committed
+    -- (it skips a locked session); a beat may go on meanwhile.
+    SELECT s.owner FROM tenure_sessions s WHERE s.owner = %(owner)s FOR KEY SHARE
+), shortened AS (
+    -- A lease shorter than any the session gave before: the session is stale sooner from now
+    -- on (it is never made longer, so it stays at most every lease the session has given).
+    UPDATE tenure_sessions s SET min_lease_ms = x.lease_ms
+    FROM shortest x
+    WHERE s.owner = %(owner)s AND x.lease_ms < s.min_lease_ms
 ), claimed AS (
     UPDATE tenure_jobs j
     SET state = 'running',
