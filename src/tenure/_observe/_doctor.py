@@ -47,6 +47,7 @@ INTENDED_PLANS = {
     "claim": ("tenure_jobs_queued", "tenure_jobs_row_leases"),
     "extend_leases": ("tenure_jobs_pkey",),
     "finish_many": ("tenure_jobs_pkey",),
+    "prune_jobs": ("tenure_jobs_prune",),
 }
 
 
@@ -185,6 +186,7 @@ def _probe_params(registry: ToolRegistry | None) -> dict[str, dict[str, Any]]:
             "attempt_refunds": [0] * n,
             "progress": [None] * n,
         },
+        "prune_jobs": {"tools": tools, "limit": PROBE_ROWS},
     }
 
 

@@ -106,6 +106,7 @@ async def test_doctor_checks_everything_and_prune_deletes_old_rows(
         "indexes",
         "query plan claim",
         "query plan extend_leases",
+        "query plan prune_jobs",
     ):
         assert re.search(rf"{check}\s+(ok|warn)", out), (check, out)
     assert re.search(r"policy echo\s+ok\s+L 1\.5 > R·H \+ J = 2·0\.3 \+ 0\.5 = 1\.1 s", out)
