@@ -8,16 +8,20 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 
 from .._errors import ConfigError
-from ._host import START_TIMEOUT, child_env, tell
+from ._host import START_TIMEOUT, child_env, flock, tell
 
 SERVER_USER = "_tenure"  # Debian's convention for system accounts (_apt, _chrony)
 LEGACY_SERVER_USER = "nobody"  # ran the server for root before tenure had its own account
 ACCOUNT_TOOLS = ("useradd", "adduser")  # shadow-utils everywhere, Debian's adduser after it
 SBIN_PATH = "/usr/local/sbin:/usr/sbin:/sbin"  # root's PATH may lack them (cron, su)
 NOLOGIN_SHELLS = ("/usr/sbin/nologin", "/sbin/nologin")
+# Root's alone (0600): serialises the making of the account across processes.
+ACCOUNT_LOCK = Path(tempfile.gettempdir()) / "tenure-account.lock"
 
 
 def server_user() -> str:
@@ -32,7 +36,13 @@ def server_account() -> pwd.struct_passwd | None:
     runs as nobody, and each of them could then read the data dir and use the socket."""
     if os.geteuid() != 0:
         return None
-    account = find_account(SERVER_USER) or _create_account(SERVER_USER)
+    account = find_account(SERVER_USER)
+    if account is None:
+        # Made once, under a lock of the host's: processes that start servers together (a
+        # test run's workers) each ran useradd at once, and one of them was left holding a
+        # uid that the account did not end up with.
+        with flock(ACCOUNT_LOCK, time.monotonic() + START_TIMEOUT):
+            account = find_account(SERVER_USER) or _create_account(SERVER_USER)
     if account.pw_uid == 0:
         raise ConfigError(f"account {SERVER_USER!r} has uid 0; the server needs its own account")
     return account

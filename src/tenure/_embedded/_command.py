@@ -12,8 +12,8 @@ from pathlib import Path
 from .._errors import ConfigError
 from ._account import account_tool, find_account, server_account, server_user
 from ._binaries import BINARY_CACHE
-from ._files import delete, flock
-from ._host import START_TIMEOUT, command_of, processes_of
+from ._files import delete
+from ._host import START_TIMEOUT, command_of, flock, processes_of
 from ._layout import default_data_dir, sibling
 from ._server import EmbeddedPostgres
 

@@ -5,18 +5,14 @@ replaced whole, locked across processes, deleted with a line saying so."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import secrets
 import shutil
 import stat
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from .._errors import ConfigError
 from ._account import give_to_server, server_account, server_user
-from ._host import POLL_INTERVAL
 
 LOG_ROTATE_BYTES = 8 << 20
 
@@ -83,26 +79,6 @@ def write_private(path: Path, text: str, *, for_server: bool) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-@contextlib.contextmanager
-def flock(path: Path, deadline: float) -> Iterator[None]:
-    """Serialise starts on one data dir across processes (initdb, pid file check, launch)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ConfigError(
-                        f"another process is still starting PostgreSQL (it holds {path})"
-                    ) from None
-                time.sleep(POLL_INTERVAL)
-        yield
-    finally:
-        os.close(fd)
 
 
 def open_log(path: Path) -> int:

@@ -4,9 +4,15 @@ what it made here. Nothing in it knows a data dir."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
+
+from .._errors import ConfigError
 
 START_TIMEOUT = 30.0
 POLL_INTERVAL = 0.02
@@ -85,3 +91,24 @@ def shared_memory_attached(shmid: str) -> bool:
     except OSError:
         return False
     return any(row.split()[1] == shmid and int(row.split()[6]) > 0 for row in rows)
+
+
+@contextlib.contextmanager
+def flock(path: Path, deadline: float) -> Iterator[None]:
+    """Serialise across processes: starts on one data dir (initdb, pid file check, launch),
+    and the making of the server's account."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ConfigError(
+                        f"another process is still starting PostgreSQL (it holds {path})"
+                    ) from None
+                time.sleep(POLL_INTERVAL)
+        yield
+    finally:
+        os.close(fd)

@@ -43,8 +43,14 @@ from ._access import PG_HBA, SECRET_BYTES, lock_down, read_secret, write_secret
 from ._account import server_account
 from ._binaries import pg_bin_dir, pg_major
 from ._cluster import adopt, initdb
-from ._files import flock, makedirs, open_log, owned_private_dir, require_reachable, tail
-from ._host import POLL_INTERVAL, START_TIMEOUT, is_running_postgres, shared_memory_attached
+from ._files import makedirs, open_log, owned_private_dir, require_reachable, tail
+from ._host import (
+    POLL_INTERVAL,
+    START_TIMEOUT,
+    flock,
+    is_running_postgres,
+    shared_memory_attached,
+)
 from ._layout import default_data_dir, sibling, socket_dir
 from ._running import RunningServer, conninfo, pid_file_lines, pid_of, ready, running_on
 from ._spawn import spawn

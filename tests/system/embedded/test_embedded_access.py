@@ -276,3 +276,27 @@ def test_a_non_root_start_runs_the_server_as_that_user_and_still_asks_for_the_pa
         owner.stdout.close()
         assert owner.stderr is not None
         owner.stderr.close()
+
+
+@as_root
+def test_processes_that_make_the_account_at_once_all_get_the_one_it_has(
+    fresh_account_name: str,
+) -> None:
+    """A test run's workers start their servers together: each that found no account ran
+    useradd, and one was left with a uid the account did not keep (initdb then failed with
+    "could not look up effective user ID")."""
+    code = (
+        "import sys\nfrom tenure._embedded import _account\n"
+        "_account.SERVER_USER = sys.argv[1]\nprint(_account.server_account().pw_uid)\n"
+    )
+    makers = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, fresh_account_name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    uids = {int(maker.communicate(timeout=120)[0]) for maker in makers}
+    assert uids == {pwd.getpwnam(fresh_account_name).pw_uid}
