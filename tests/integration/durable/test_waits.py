@@ -96,7 +96,9 @@ async def test_a_sleeping_job_holds_no_lease_nor_slot_and_resumes_once(
         # The one slot is free: other calls run while it sleeps.
         quick = [await app.enqueue("quick", {"n": n}) for n in range(3)]
         assert [await app.wait(j.id, timeout=20) for j in quick] == [0, 1, 2]
-        assert (await app.get(nap.id)).state == "waiting" and worker._active == {}
+        # The nap holds no slot (the quick calls' own tasks may still be winding down after
+        # their commits: the client can see a result before the worker drops the task).
+        assert (await app.get(nap.id)).state == "waiting" and nap.id not in worker._active
         result = await app.wait(nap.id, timeout=30)
     assert result["before"] == "before" and result["after"] == "after"
     assert result["slept"] >= 1.5  # the recorded start is replayed: the whole nap counts
