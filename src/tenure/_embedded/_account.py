@@ -20,8 +20,11 @@ LEGACY_SERVER_USER = "nobody"  # ran the server for root before tenure had its o
 ACCOUNT_TOOLS = ("useradd", "adduser")  # shadow-utils everywhere, Debian's adduser after it
 SBIN_PATH = "/usr/local/sbin:/usr/sbin:/sbin"  # root's PATH may lack them (cron, su)
 NOLOGIN_SHELLS = ("/usr/sbin/nologin", "/sbin/nologin")
-# Root's alone (0600): serialises the making of the account across processes.
-ACCOUNT_LOCK = Path(tempfile.gettempdir()) / "tenure-account.lock"
+# Serialises the making of the account across processes; only root takes it, so it lives
+# where only root may write (/run), not in a temp dir another user could plant it in.
+ACCOUNT_LOCK = Path("/run" if os.path.isdir("/run") else tempfile.gettempdir()) / (
+    "tenure-account.lock"
+)
 
 
 def server_user() -> str:

@@ -97,7 +97,7 @@ def shared_memory_attached(shmid: str) -> bool:
 def flock(path: Path, deadline: float) -> Iterator[None]:
     """Serialise across processes: starts on one data dir (initdb, pid file check, launch),
     and the making of the server's account."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         while True:
             try:
