@@ -50,6 +50,8 @@ CLAIM_TIMEOUT = 2.0
 # behind it, so a swallowed answer must not hold them for long. (The outcome of
 # such a commit is uncertain; the completer checks the row before calling it lost.)
 FINISH_TIMEOUT = 2.0
+# How long a statement's cancel request may take to reach the server (abandon_statement).
+CANCEL_TIMEOUT = 0.5
 # The longest pause between two attempts to reconnect a pool to a server that went away.
 MAX_RECONNECT_DELAY = 0.25
 # A bulk enqueue of at least this many jobs analyzes tenure_jobs in its own transaction
@@ -250,6 +252,23 @@ def deadline(conn: psycopg.AsyncConnection[Any], timeout: float | None) -> Itera
         yield
     finally:
         handle.cancel()
+
+
+def abandon_statement(conn: psycopg.Connection[Any]) -> None:
+    """A synchronous statement past its deadline: have the server cancel it, then shut the
+    socket down.
+
+    Shutting the socket alone frees the waiting thread, but the server goes on running the
+    statement until it next writes to the client: one waiting for a row lock or a stalled
+    disk keeps the locks it took, and the next statement of the same process (a heartbeat
+    of the same session) queues behind it, times out in turn, and leaves one more. The
+    cancel request travels on a connection of its own and is given up after
+    ``CANCEL_TIMEOUT`` (a server the network swallowed cannot take it anyway)."""
+    try:
+        conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+    except (psycopg.Error, OSError):
+        pass  # unreachable, or the statement ended meanwhile: the socket still goes
+    shutdown_socket(conn)
 
 
 def shutdown_socket(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:

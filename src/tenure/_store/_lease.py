@@ -2,7 +2,8 @@
 
 A query that the network swallows (a blackholed link) would block the thread
 forever, and no server-side timeout can fire for it; so every call runs under a
-local deadline after which the socket is shut down from a watchdog timer.
+local deadline after which the statement is cancelled and the socket shut down from a
+watchdog timer.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from psycopg.types.json import Jsonb
 
 from .._dsn import check_dsn
 from ._connection import (
+    abandon_statement,
     connect_options,
-    shutdown_socket,
     statement,
     typed_errors,
     typed_methods,
@@ -38,8 +39,9 @@ class LeaseConnection:
 
     A query that the network swallows (a blackholed link) would block the
     thread forever, and no server-side timeout can fire for it; so every call
-    runs under a local deadline after which the socket is shut down from a
-    watchdog timer, turning the hang into an ordinary connection error.
+    runs under a local deadline after which the statement is cancelled and the socket
+    shut down from a watchdog timer, turning the hang into an ordinary connection error
+    (and leaving no statement behind on the server, holding its locks).
 
     Every public method raises its database errors as tenure errors (StoreError and
     its verdict, `_errors.RULES`); a failed connect is a ConnectionLost to ``retry``.
@@ -71,7 +73,7 @@ class LeaseConnection:
         connection is up, so a reconnect is not counted against a lease) and its rows.
         ``params`` is built at that moment too (journal rows are dated from it)."""
         conn = self._connection(timeout)
-        watchdog = threading.Timer(timeout, shutdown_socket, (conn,))
+        watchdog = threading.Timer(timeout, abandon_statement, (conn,))
         watchdog.daemon = True
         watchdog.start()
         try:

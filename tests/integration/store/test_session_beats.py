@@ -13,10 +13,12 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 from tests.integration.store.helpers import new_job
 from tests.integration.store.test_heartbeat_thread import Recorded, held
 from tests.support.waiting import wait_until
 
+from tenure._errors import StoreError
 from tenure._store import LeaseConnection, Store
 from tenure._worker._heartbeat import RECONCILE_EVERY, HeartbeatThread
 from tenure._worker._ownership import Ownership
@@ -167,3 +169,41 @@ async def test_a_lease_whose_own_deadline_passed_is_never_confirmed_by_a_session
     assert recorded.session_beats == 0
     assert recorded.calls == [[job.id]]  # the full extension, which said zero rows
     assert ended == ["zero_rows"]
+
+
+async def test_a_beat_past_its_deadline_is_cancelled_on_the_server_and_leaves_no_lock(
+    store: Store, tenure_dsn: str
+) -> None:
+    """A beat that waits (here for the session row, locked by another transaction) and
+    outlives its deadline fails at the deadline, and is not left running on the server:
+    there it would take the session row once free and hold it, and the process's next
+    beat would queue behind it (a million leases on a stalled disk did exactly that)."""
+    await store.enqueue(new_job("k"))
+    await store.claim("w", LEASES, 1)
+    blocker = psycopg.connect(tenure_dsn)
+    lease = LeaseConnection(tenure_dsn)
+    try:
+        blocker.execute("SELECT 1 FROM tenure_sessions WHERE owner = 'w' FOR UPDATE")
+        row = lease._connection(5.0).execute("SELECT pg_backend_pid() AS pid").fetchone()
+        assert row is not None
+        pid = row["pid"]
+        with pytest.raises(StoreError):
+            lease.beat_session("w", LEASE_MS, [], 0.3)
+
+        def left_running() -> list[tuple[Any, ...]]:
+            return _rows(
+                tenure_dsn,
+                "SELECT state, wait_event_type FROM pg_stat_activity WHERE pid = %s"
+                " AND state = 'active'",
+                (pid,),
+            )
+
+        wait_until(lambda: not left_running(), timeout=10, message="the beat still runs")
+        # The lock is still held, and the beat that timed out changed nothing; the next
+        # beat, once the row is free, is not behind a ghost of the first.
+        blocker.rollback()
+        beat = lease.beat_session("w", LEASE_MS, [], 5.0)
+        assert beat.beat_at is not None
+    finally:
+        lease.close()
+        blocker.close()
