@@ -174,6 +174,7 @@ def _probe_params(registry: ToolRegistry | None) -> dict[str, dict[str, Any]]:
             "tokens": ids,
             "lease_ms": [60_000] * n,
             "kept": [],
+            "freeze_unnamed": True,
         },
         "finish_many": {
             "owner": "tenure-doctor",

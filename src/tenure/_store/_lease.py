@@ -51,6 +51,7 @@ class LeaseConnection:
         self._dsn = check_dsn(dsn)
         self._conn: psycopg.Connection[dict[str, Any]] | None = None
         self._kept: list[int] = []
+        self._freeze_unnamed = True
 
     def _connection(self, timeout: float) -> psycopg.Connection[dict[str, Any]]:
         if self._conn is None or self._conn.closed:
@@ -86,10 +87,13 @@ class LeaseConnection:
         finally:
             watchdog.cancel()
 
-    def keep(self, job_ids: Sequence[int]) -> None:
+    def keep(self, job_ids: Sequence[int], *, freeze_unnamed: bool = True) -> None:
         """The other leases the process holds and can observe, not due at the next
-        extension: a session lease (migration 0023) in neither list is frozen by it."""
+        extension: a session lease (migration 0023) in neither list is frozen by it, unless
+        ``freeze_unnamed`` is false (a claim of the process is still on its way: its jobs
+        may be the ones not named yet)."""
         self._kept = list(job_ids)
+        self._freeze_unnamed = freeze_unnamed
 
     def extend(
         self, owner: str, held: Sequence[tuple[int, int, int]], timeout: float
@@ -104,6 +108,7 @@ class LeaseConnection:
                 "tokens": [h[1] for h in held],
                 "lease_ms": [h[2] for h in held],
                 "kept": self._kept,
+                "freeze_unnamed": self._freeze_unnamed,
             },
             timeout,
         )

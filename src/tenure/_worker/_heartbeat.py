@@ -21,10 +21,12 @@ while the conservative deadline leaves time.
 from __future__ import annotations
 
 import collections
+import contextlib
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Self
 
@@ -152,6 +154,15 @@ class HeartbeatThread:
         # silent for that long: some lease of it may have ended).
         self._session_beats = 0
         self._shortest_session_ms = 0
+        # Claims of this process on their way (from before the statement until every job
+        # it took is held): key → when it started (monotonic), and when the last beat
+        # statement ended, answered or not. A job such a claim took may predate the
+        # session's previous beat and still be unknown here; a full extension then must
+        # not take it for forgotten and freeze it (the process would go on confirming it
+        # by session beats while its row lease ran out).
+        self._claims: dict[int, float] = {}
+        self._claim_keys = itertools.count()
+        self._beat_ended_at = 0.0
 
     def start(self) -> None:
         self._thread.start()
@@ -192,6 +203,19 @@ class HeartbeatThread:
             self._watch_wake.set()
         if beat_sooner:
             self._wake.set()
+
+    @contextlib.contextmanager
+    def claiming(self) -> Iterator[None]:
+        """Around a claim and the holds of the jobs it took (the worker's claim loop)."""
+        started = time.monotonic()
+        with self._lock:
+            key = next(self._claim_keys)
+            self._claims[key] = started
+        try:
+            yield
+        finally:
+            with self._lock:
+                del self._claims[key]
 
     def release(self, job_id: int) -> None:
         with self._lock:
@@ -236,11 +260,12 @@ class HeartbeatThread:
                 scan = now >= self._due_at
                 held = list(self._held.values()) if scan else []
                 self._held_since = float("inf")
+                unsettled = any(t < self._beat_ended_at for t in self._claims.values())
             if scan:
                 beat = self._sort(held, now)
                 if beat is not None:
                     due, kept, quiet = beat
-                    self._conn.keep(kept)
+                    self._conn.keep(kept, freeze_unnamed=not unsettled)
                     self._survive(self._tick, due, now, quiet)
                 soonest = min((h.next_beat for h in held if not h.ownership.ended), default=now + 1)
                 with self._lock:
@@ -400,6 +425,8 @@ class HeartbeatThread:
             except StoreError as exc:
                 self._unknown(live, exc, failed_at)
                 return
+            finally:
+                self._beat_ended_at = time.monotonic()
             self._seen_at = failed_at  # the beat stamped the registry row too
             if beat.beat_at is not None:
                 self._session_beats += 1
@@ -415,6 +442,8 @@ class HeartbeatThread:
         except StoreError as exc:
             self._unknown(live, exc, failed_at)
             return
+        finally:
+            self._beat_ended_at = time.monotonic()
         self._seen_at = failed_at  # the extension stamped the registry row too
         by_id = {h.job.id: h for h in live}
         lost: list[Held] = []

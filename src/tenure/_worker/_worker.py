@@ -355,26 +355,17 @@ class Worker:
             free = self.concurrency - len(self._active) - executor.stuck
             if free > 0:
                 asked = min(free, self.claim_batch)
-                try:
-                    jobs = await store.claim(
-                        self.name, self._lease_ms, asked, limited=self._limited
-                    )
-                except StoreError as exc:
-                    log_event(
-                        logger,
-                        "claim_failed",
-                        worker=self.name,
-                        level=logging.WARNING,
-                        error=type(exc).__name__,
-                    )
-                    jobs = []
-                for n, job in enumerate(jobs, 1):
-                    self._start(job, heartbeat, executor, completer)
-                    if n % START_SLICE == 0:
-                        # Let the loop breathe: a claim of 1,000 starting at once would
-                        # stall it past a heartbeat, and the observer would then withhold
-                        # every lease the process holds.
-                        await asyncio.sleep(0)
+                # Until every job it took is held, the heartbeat freezes no lease it was not
+                # told of: it may be one of these.
+                with heartbeat.claiming():
+                    jobs = await self._claim(store, asked)
+                    for n, job in enumerate(jobs, 1):
+                        self._start(job, heartbeat, executor, completer)
+                        if n % START_SLICE == 0:
+                            # Let the loop breathe: a claim of 1,000 starting at once would
+                            # stall it past a heartbeat, and the observer would then
+                            # withhold every lease the process holds.
+                            await asyncio.sleep(0)
                 if jobs:
                     self._expired_streak = 0
                 if len(jobs) == asked:
@@ -384,6 +375,19 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._wake.wait()
+
+    async def _claim(self, store: Store, asked: int) -> list[ClaimedJob]:
+        try:
+            return await store.claim(self.name, self._lease_ms, asked, limited=self._limited)
+        except StoreError as exc:
+            log_event(
+                logger,
+                "claim_failed",
+                worker=self.name,
+                level=logging.WARNING,
+                error=type(exc).__name__,
+            )
+            return []
 
     async def _idle_wait(self, store: Store) -> float:
         """How long an idle claim loop may wait: until its next poll, or until another

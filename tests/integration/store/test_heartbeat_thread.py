@@ -37,6 +37,7 @@ class Recorded:
 
     def __init__(self, thread: HeartbeatThread) -> None:
         self.calls: list[list[int]] = []
+        self.kinds: list[str] = []  # "session" or "full", in the order they were sent
         self.session_beats = 0
         self._lock = threading.Lock()
         conn = thread._conn
@@ -48,11 +49,13 @@ class Recorded:
         ) -> list[Extension]:
             with self._lock:
                 self.calls.append(sorted(h[0] for h in held))
+                self.kinds.append("full")
             return send(owner, held, timeout)
 
         def confirmed(live: list[Held], beat: SessionBeat, ticked_at: float) -> None:
             with self._lock:
                 self.calls.append(sorted(h.job.id for h in live))
+                self.kinds.append("session")
                 self.session_beats += 1
             confirm(live, beat, ticked_at)
 
@@ -62,6 +65,13 @@ class Recorded:
     def snapshot(self) -> list[list[int]]:
         with self._lock:
             return list(self.calls)
+
+    def full_after_session(self, since: int) -> bool:
+        """Whether, among the beats from the ``since``-th on, a session beat was followed
+        by a full extension."""
+        with self._lock:
+            kinds = self.kinds[since:]
+        return "session" in kinds and "full" in kinds[kinds.index("session") :]
 
 
 @contextmanager

@@ -207,3 +207,41 @@ async def test_a_beat_past_its_deadline_is_cancelled_on_the_server_and_leaves_no
     finally:
         lease.close()
         blocker.close()
+
+
+async def test_a_full_extension_freezes_no_job_of_a_claim_still_on_its_way(
+    store: Store, tenure_dsn: str
+) -> None:
+    """A claim answered while beats go on: its jobs predate the session's last beat but are
+    not held yet. A full extension then must not take them for forgotten and freeze them
+    (the process would confirm them by session beats while their row leases ran out, and
+    another worker would take them over from a live executor). Once the claim has settled,
+    a job it took that the process never held is frozen as before."""
+    await store.enqueue_many([new_job(f"k{i}") for i in range(2)])
+    (known,) = await store.claim("w", LEASES, 1)
+    thread = HeartbeatThread(tenure_dsn, "w")
+    recorded = Recorded(thread)
+    thread.start()
+    try:
+        thread.hold(held(known, time.monotonic()))
+        with thread.claiming():
+            (arriving,) = await store.claim("w", LEASES, 1)
+            since = len(recorded.kinds)
+            wait_until(
+                lambda: recorded.full_after_session(since),
+                timeout=30,
+                message="no full extension after a session beat",
+            )
+            rows = dict(_rows(tenure_dsn, "SELECT id, lease_ms FROM tenure_jobs"))
+            assert rows[arriving.id] == LEASE_MS, "a job of a claim on its way was frozen"
+        since = len(recorded.kinds)
+        wait_until(
+            lambda: recorded.full_after_session(since),
+            timeout=30,
+            message="no full extension after the claim settled",
+        )
+    finally:
+        thread.stop()
+    rows = dict(_rows(tenure_dsn, "SELECT id, lease_ms FROM tenure_jobs"))
+    assert rows[arriving.id] is None  # never held: frozen, it runs out
+    assert rows[known.id] == LEASE_MS

@@ -224,8 +224,8 @@ WHERE e.at IS NOT NULL
 -- freezes, first, every one of them whose end has passed (zero rows for it: lost), so a late
 -- beat revives nothing. Leases of their own row (claimed before 0023, or frozen) are extended
 -- row by row as before. A session lease in neither list (its executor became unobservable,
--- or the process forgot it) and claimed before the previous beat is frozen
--- where it stands, and so is a listed one whose lease already ended: from then on it is a
+-- or the process forgot it) and claimed before the previous beat is frozen (unless
+-- `freeze_unnamed` is false: a claim of the process is still on its way) where it stands, and so is a listed one whose lease already ended: from then on it is a
 -- lease of its own row, which runs out unless its owner extends it again.
 WITH held AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(lease_ms)s::integer[])
@@ -250,7 +250,10 @@ WITH held AS (
     SELECT m.id, m.token, m.ends
     FROM mine m LEFT JOIN named n ON n.id = m.id
     WHERE m.ends <= clock_timestamp()
-       OR (n.id IS NULL AND m.claimed_at < (SELECT beat_at FROM previous))
+       -- Unless a claim of this process sent before its previous beat ended is still on its
+       -- way (`freeze_unnamed` false): that claim's jobs are not held yet, not forgotten.
+       OR (n.id IS NULL AND m.claimed_at < (SELECT beat_at FROM previous)
+           AND %(freeze_unnamed)s::boolean)
 ), frozen AS (
     -- `= ANY(ARRAY(...))`: the few rows are looked up by primary key, whatever the planner
     -- thinks of the CTE's size (a hash join read the whole jobs table on every beat).
