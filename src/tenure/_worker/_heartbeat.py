@@ -260,7 +260,7 @@ class HeartbeatThread:
                 scan = now >= self._due_at
                 held = list(self._held.values()) if scan else []
                 self._held_since = float("inf")
-                unsettled = any(t < self._beat_ended_at for t in self._claims.values())
+                unsettled = scan and any(t < self._beat_ended_at for t in self._claims.values())
             if scan:
                 beat = self._sort(held, now)
                 if beat is not None:

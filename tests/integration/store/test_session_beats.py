@@ -183,6 +183,7 @@ async def test_a_beat_past_its_deadline_is_cancelled_on_the_server_and_leaves_no
     blocker = psycopg.connect(tenure_dsn)
     lease = LeaseConnection(tenure_dsn)
     try:
+        (before,) = _rows(tenure_dsn, "SELECT beat_at FROM tenure_sessions WHERE owner = 'w'")
         blocker.execute("SELECT 1 FROM tenure_sessions WHERE owner = 'w' FOR UPDATE")
         row = lease._connection(5.0).execute("SELECT pg_backend_pid() AS pid").fetchone()
         assert row is not None
@@ -199,9 +200,12 @@ async def test_a_beat_past_its_deadline_is_cancelled_on_the_server_and_leaves_no
             )
 
         wait_until(lambda: not left_running(), timeout=10, message="the beat still runs")
-        # The lock is still held, and the beat that timed out changed nothing; the next
-        # beat, once the row is free, is not behind a ghost of the first.
+        # Gone while the lock is still held, so the beat that timed out changed nothing;
+        # the next beat, once the row is free, is not behind a ghost of the first.
         blocker.rollback()
+        assert _rows(tenure_dsn, "SELECT beat_at FROM tenure_sessions WHERE owner = 'w'") == [
+            before
+        ]
         beat = lease.beat_session("w", LEASE_MS, [], 5.0)
         assert beat.beat_at is not None
     finally:

@@ -224,9 +224,10 @@ WHERE e.at IS NOT NULL
 -- freezes, first, every one of them whose end has passed (zero rows for it: lost), so a late
 -- beat revives nothing. Leases of their own row (claimed before 0023, or frozen) are extended
 -- row by row as before. A session lease in neither list (its executor became unobservable,
--- or the process forgot it) and claimed before the previous beat is frozen (unless
--- `freeze_unnamed` is false: a claim of the process is still on its way) where it stands, and so is a listed one whose lease already ended: from then on it is a
--- lease of its own row, which runs out unless its owner extends it again.
+-- or the process forgot it) and claimed before the previous beat is frozen where it stands
+-- (unless `freeze_unnamed` is false: a claim of the process is still on its way), and so is
+-- a listed one whose lease already ended: from then on it is a lease of its own row, which
+-- runs out unless its owner extends it again.
 WITH held AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(lease_ms)s::integer[])
         AS h(id, token, lease_ms)
