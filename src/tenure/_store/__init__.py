@@ -32,6 +32,7 @@ QuotaExceeded), the database's error kept as ``__cause__`` (see `_errors`).
 
 from ._connection import (
     CONNECT_OPTIONS,
+    MAX_CLAIM,
     MAX_RECONNECT_DELAY,
     MIGRATIONS_PACKAGE,
     QUERIES,
@@ -93,6 +94,7 @@ from ._store import Store
 
 __all__ = [
     "CONNECT_OPTIONS",
+    "MAX_CLAIM",
     "MAX_RECONNECT_DELAY",
     "MIGRATIONS_PACKAGE",
     "QUERIES",

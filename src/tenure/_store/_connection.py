@@ -17,8 +17,9 @@ import os
 import select
 import socket
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
+from types import MappingProxyType
 from typing import Any, LiteralString, TypeVar, cast
 
 import psycopg
@@ -36,7 +37,25 @@ from ._migrate import discover
 from ._migrate import migrate as apply_migrations
 from ._queries import load_query_folder
 
-QUERIES = load_query_folder("tenure._store.queries")
+# The most jobs one claim takes, and the most the `claim` statement as written takes: its
+# queued branch is bounded by a constant (why: queries/jobs.sql); `claim_large` is the same
+# statement bounded by MAX_CLAIM.
+MAX_CLAIM = 1000
+SMALL_CLAIM = 100
+_SMALL_BOUND = "LIMIT 100\n    FOR UPDATE SKIP LOCKED\n), picked AS ("
+_LARGE_BOUND = "LIMIT 1000\n    FOR UPDATE SKIP LOCKED\n), picked AS ("
+
+
+def _with_large_claim(
+    queries: Mapping[str, LiteralString],
+) -> MappingProxyType[str, LiteralString]:
+    claim = queries["claim"]
+    if claim.count(_SMALL_BOUND) != 1:
+        raise ValueError("the claim's queued branch lost its bound of 100 (queries/jobs.sql)")
+    return MappingProxyType({**queries, "claim_large": claim.replace(_SMALL_BOUND, _LARGE_BOUND)})
+
+
+QUERIES = _with_large_claim(load_query_folder("tenure._store.queries"))
 T = TypeVar("T")
 MIGRATIONS_PACKAGE = "tenure._store.migrations"
 MIGRATIONS_TABLE = "tenure_migrations"

@@ -24,6 +24,8 @@ from ._connection import (
     BULK_ANALYZE_MIN,
     CLAIM_TIMEOUT,
     FINISH_TIMEOUT,
+    MAX_CLAIM,
+    SMALL_CLAIM,
     deadline,
     rows_of,
     typed_errors,
@@ -190,24 +192,27 @@ class JobStatements(StoreBase):
         statement then takes them in priority order with everything else, and the
         admitted ones are held again before the locks are released at commit.
         """
+        if not 1 <= limit <= MAX_CLAIM:
+            raise ValueError(f"a claim takes 1 to {MAX_CLAIM} jobs, not {limit}")
         params = {
             "owner": owner,
             "tools": list(lease_ms_by_tool),
             "lease_ms": list(lease_ms_by_tool.values()),
             "limit": limit,
         }
+        claim = "claim" if limit <= SMALL_CLAIM else "claim_large"
         async with self._pool.connection() as conn:
             # The lease's local clock starts now, with a connection in hand: a claim that
             # waited out an outage for its connection must not start with its lease spent.
             sent_at = time.monotonic()
             with deadline(conn, CLAIM_TIMEOUT):
                 if not limited:
-                    rows = await rows_of(conn, "claim", params)
+                    rows = await rows_of(conn, claim, params)
                 else:
                     async with conn.transaction():
                         admit = {**params, "idle_ms": ADMIT_IDLE_TIMEOUT_MS}
                         admitted = [row["id"] for row in await rows_of(conn, "admit_held", admit)]
-                        rows = await rows_of(conn, "claim", params)
+                        rows = await rows_of(conn, claim, params)
                         if admitted:
                             await rows_of(conn, "hold_again", {"ids": admitted})
         return [ClaimedJob(**row, sent_at=sent_at) for row in rows]

@@ -36,7 +36,7 @@ from .._maintenance._supervisor import Signals, Supervisor, Task, Thread
 from .._maintenance._worker_pruner import WorkerPruner, WorkerPrunerConfig
 from .._observe._runtime import TelemetryOptions, WorkerTelemetry
 from .._pipeline._engine import Transitions
-from .._store import ClaimedJob, Listener, Store, WorkerRegistration
+from .._store import MAX_CLAIM, ClaimedJob, Listener, Store, WorkerRegistration
 from ._completer import Completer
 from ._context import Context
 from ._executor import Abandoned, Executor, Stopped
@@ -144,8 +144,8 @@ class Worker:
     ) -> None:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise PolicyError(f"concurrency={concurrency} is outside [1, {MAX_CONCURRENCY}]")
-        if not 1 <= claim_batch <= 1000:
-            raise PolicyError(f"claim_batch={claim_batch} is outside [1, 1000]")
+        if not 1 <= claim_batch <= MAX_CLAIM:
+            raise PolicyError(f"claim_batch={claim_batch} is outside [1, {MAX_CLAIM}]")
         if not 0.01 <= poll_interval <= 60:
             raise PolicyError(f"poll_interval={poll_interval} is outside [0.01, 60] s")
         if not 0 <= grace <= 3600:

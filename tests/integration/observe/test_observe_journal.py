@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from tests.integration.store.helpers import new_job
 from tests.support.waiting import wait_until_async
 
@@ -64,6 +65,39 @@ async def test_rescued_lease_journals_the_expiry_then_the_failure(store: Store) 
     # How long past its end the lease was found: at least the 100 ms waited, at most
     # the time to the test's own reading after (a unit or a reference point off fails).
     assert 100 <= _duration(events[1]) <= found + 1 and events[2]["duration_ms"] is None
+
+
+@pytest.mark.parametrize("lease", ["session", "row"])
+async def test_a_reclaim_journals_how_long_past_its_end_the_lease_was_found(
+    store: Store, tenure_dsn: str, lease: str
+) -> None:
+    """Both kinds of lease an hour past their end: the one that follows its session (the
+    claim's orphaned branch) and one of its own row (frozen; the expired branch)."""
+    await store.enqueue(new_job("k"))
+    (job,) = await store.claim("w", {"t": 30_000}, 1)
+    with psycopg.connect(tenure_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE tenure_sessions SET beat_at = beat_at - interval '1 hour'")
+        conn.execute(
+            "UPDATE tenure_jobs SET lease_until = lease_until - interval '1 hour',"
+            " lease_ms = CASE WHEN %s THEN lease_ms END WHERE id = %s",
+            (lease == "session", job.id),
+        )
+        row = conn.execute(
+            "SELECT tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) FROM tenure_jobs j"
+            " LEFT JOIN tenure_sessions s ON s.owner = j.owner WHERE j.id = %s",
+            (job.id,),
+        ).fetchone()
+    assert row is not None
+    end: datetime = row[0]
+    before = await store.db_now()
+    (taken,) = await store.claim("heir", {"t": 30_000}, 1)
+    after = await store.db_now()
+    assert (taken.id, taken.previous_token) == (job.id, job.token)
+    events = await store.job_timeline(job.id)
+    assert [e["kind"] for e in events] == ["job_claimed", "lease_expired", "job_claimed"]
+    for event in events[1:]:
+        assert _ms(before - end) - 1 <= _duration(event) <= _ms(after - end) + 1, event
+    assert _duration(events[1]) >= 3_500_000  # an hour late, not since the claim
 
 
 async def test_commit_and_cancel_journal_durations_on_the_database_clock(store: Store) -> None:

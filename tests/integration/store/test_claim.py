@@ -1,10 +1,14 @@
 import asyncio
 import dataclasses
+from collections.abc import Iterator
+from typing import Any
 
+import psycopg
+import pytest
 from tests.integration.store.helpers import new_job, reclaim
 from tests.support.waiting import wait_until_async
 
-from tenure._store import Store
+from tenure._store import MAX_CLAIM, QUERIES, Store
 
 
 async def test_concurrent_claimers_take_each_job_exactly_once(store: Store) -> None:
@@ -81,3 +85,72 @@ async def test_exhausted_expired_lease_fails_with_a_reason(store: Store) -> None
         "code": "lease_expired",
         "message": "the lease expired on the last allowed attempt",
     }
+
+
+async def test_a_claim_outside_its_bounds_is_refused_and_takes_nothing(store: Store) -> None:
+    await store.enqueue(new_job("k"))
+    for limit in (0, MAX_CLAIM + 1):
+        with pytest.raises(ValueError, match="a claim takes 1 to 1000 jobs"):
+            await store.claim("w", {"t": 5_000}, limit)
+    (job,) = await store.claim("w", {"t": 5_000}, MAX_CLAIM)
+    assert job.attempt == 1
+
+
+def test_the_claim_settles_on_one_generic_plan_however_long_the_queue(tenure_dsn: str) -> None:
+    """A generic plan sized by a tenth of a long queue looked dearer than every custom plan,
+    so each claim was planned afresh (about a millisecond a call, the claim's largest cost
+    at four processes). After the custom plans PostgreSQL tries first, it keeps one."""
+    with psycopg.connect(tenure_dsn, autocommit=True, prepare_threshold=0) as conn:
+        conn.execute(
+            "INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash,"
+            " max_attempts, position)"
+            " SELECT 't', 'q' || g, '{}', 'h', 3, g FROM generate_series(1, 100000) g"
+        )
+        conn.execute("ANALYZE tenure_jobs")
+        params = {"owner": "w", "tools": ["t"], "lease_ms": [30_000], "limit": 100}
+        for _ in range(10):
+            assert len(conn.execute(QUERIES["claim"], params).fetchall()) == 100
+        row = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE 'WITH policy AS%'"
+        ).fetchone()
+    assert row is not None
+    generic, custom = row
+    assert generic >= 4 and custom <= 6, (generic, custom)
+
+
+@pytest.mark.parametrize(("limit", "statement"), [(3, "claim"), (150, "claim_large")])
+def test_a_claim_locks_no_more_queued_jobs_than_it_takes(
+    tenure_dsn: str, limit: int, statement: str
+) -> None:
+    """The queued branch is bounded by a constant (100, or 1,000 for claim_large), not by the
+    limit: the limit still decides how many rows it locks, since a WITH query runs only as
+    far as it is read."""
+    with psycopg.connect(tenure_dsn) as conn:
+        conn.execute(
+            "INSERT INTO tenure_jobs (tool, idempotency_key, payload, payload_hash,"
+            " max_attempts, position)"
+            " SELECT 't', 'q' || g, '{}', 'h', 3, g FROM generate_series(1, 2000) g"
+        )
+        params = {"owner": "w", "tools": ["t"], "lease_ms": [30_000], "limit": limit}
+        row = conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES[statement], params
+        ).fetchone()
+        conn.rollback()
+    assert row is not None
+    (cte,) = [n for n in _nodes(row[0][0]["Plan"]) if n.get("Subplan Name") == "CTE queued"]
+    (lock,) = [n for n in _nodes(cte) if n["Node Type"] == "LockRows"]
+    assert lock["Actual Rows"] == limit
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+async def test_a_claim_larger_than_the_default_batch_takes_all_it_asks(store: Store) -> None:
+    assert sum(e.created for e in await store.enqueue_many([new_job(f"k{i}") for i in range(700)]))
+    taken = await store.claim("w", {"t": 60_000}, 600)
+    assert len(taken) == 600 and len({j.id for j in taken}) == 600
+    assert len(await store.claim("w", {"t": 60_000}, MAX_CLAIM)) == 100

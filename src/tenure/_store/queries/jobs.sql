@@ -60,7 +60,8 @@ WITH policy AS (
     SELECT clock_timestamp() AS now
 ), expired AS (
     -- Leases of their own row that ran out (tenure_jobs_row_leases).
-    SELECT j.id, j.tool, j.owner AS previous_owner, j.token AS previous_token
+    SELECT j.id, j.tool, j.owner AS previous_owner, j.token AS previous_token,
+           j.lease_until AS previous_end
     FROM tenure_jobs j
     WHERE j.lease_until < (SELECT now FROM clock)
       AND j.state = 'running'
@@ -83,14 +84,15 @@ WITH policy AS (
     -- holds the row, and the session is skipped).
     -- Driven from the stale sessions (a one-time gate: none, no scan at all), each one's jobs
     -- by tenure_jobs_session_leases (the lateral owner = s.owner), never a scan of the table.
-    SELECT o.id, o.tool, o.previous_owner, o.previous_token
+    SELECT o.id, o.tool, o.previous_owner, o.previous_token, o.previous_end
     FROM (SELECT s.owner, s.beat_at FROM tenure_sessions s
           WHERE EXISTS (SELECT FROM stale)
             AND s.owner = ANY(ARRAY(SELECT owner FROM stale))
             AND s.beat_at + s.min_lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
           FOR SHARE SKIP LOCKED) s
     CROSS JOIN LATERAL (
-        SELECT j.id, j.tool, j.owner AS previous_owner, j.token AS previous_token
+        SELECT j.id, j.tool, j.owner AS previous_owner, j.token AS previous_token,
+               tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) AS previous_end
         FROM tenure_jobs j
         WHERE j.owner = s.owner AND j.state = 'running' AND j.lease_ms IS NOT NULL
           AND tenure_lease_end(j.lease_until, j.lease_ms, s.beat_at) < (SELECT now FROM clock)
@@ -101,14 +103,23 @@ WITH policy AS (
         FOR UPDATE SKIP LOCKED) o
     LIMIT %(limit)s
 ), queued AS (
-    SELECT j.id, j.tool, NULL::text AS previous_owner, NULL::bigint AS previous_token
+    -- Bounded by a constant at least the claim's limit, not by the limit itself: `picked`
+    -- reads no more of it than the limit (a WITH query runs only as far as it is read, and
+    -- SKIP LOCKED locks only the rows it returns), and the planner sizes a generic plan by
+    -- what a claim takes, not by a tenth of the queue. Sized by a tenth of a long queue, a
+    -- generic plan looked dearer than every custom one, so each claim was planned afresh
+    -- (about a millisecond a call). 100 serves claims up to the default batch; the store
+    -- sends larger ones as claim_large, this statement bounded by 1,000 (a bound of 1,000
+    -- on a short queue is planned as a sort of all of it).
+    SELECT j.id, j.tool, NULL::text AS previous_owner, NULL::bigint AS previous_token,
+           NULL::timestamptz AS previous_end
     FROM tenure_jobs j
     WHERE j.state = 'queued'
       AND NOT j.held
       AND j.run_after <= (SELECT now FROM clock)
       AND j.tool = ANY(%(tools)b::text[])
     ORDER BY j.priority DESC, j.position, j.id
-    LIMIT %(limit)s
+    LIMIT 100
     FOR UPDATE SKIP LOCKED
 ), picked AS (
     (SELECT * FROM expired) UNION ALL (SELECT * FROM orphaned) UNION ALL (SELECT * FROM queued)
@@ -157,20 +168,18 @@ WITH policy AS (
     RETURNING j.id, j.tool, j.token, j.attempt, j.max_attempts, j.payload, j.payload_hash,
               j.idempotency_key, j.lease_until, picked.previous_owner, picked.previous_token,
               j.payload_hmac, j.run_after, j.waitpoints, j.trace_context, j.tenant,
-              j.lease_ms IS NOT NULL AS session_lease
+              j.lease_ms IS NOT NULL AS session_lease, picked.previous_end
 ), journal AS (
     -- A reclaim journals the expired lease under its own token, attempt and owner, then the
     -- claim. duration_ms: how long the job had been claimable (since run_after, or since the
-    -- previous lease expired). The sub-selects see the row as it was before this statement
-    -- (one snapshot) and run for reclaims only, so a plain claim pays for neither.
+    -- previous lease ended: previous_end, read by the branch that found it expired). No
+    -- sub-select per row: the planner charged one to every row, claims or reclaims, and that
+    -- estimate alone kept every claim on a custom plan.
     INSERT INTO tenure_events (kind, job_id, token, attempt, worker, tool, detail, code,
                                duration_ms, payload_hmac)
     SELECT 'lease_expired', c.id, c.previous_token, c.attempt - 1, c.previous_owner, c.tool,
            jsonb_build_object('reclaimed_by', %(owner)s::text), 'lease_expired',
-           (extract(epoch FROM clock_timestamp()
-                    - (SELECT tenure_lease_end(o.lease_until, o.lease_ms, s.beat_at)
-                       FROM tenure_jobs o LEFT JOIN tenure_sessions s ON s.owner = o.owner
-                       WHERE o.id = c.id)) * 1000)::bigint,
+           (extract(epoch FROM clock_timestamp() - c.previous_end) * 1000)::bigint,
            c.payload_hmac
     FROM claimed c
     WHERE c.previous_token IS NOT NULL
@@ -180,16 +189,16 @@ WITH policy AS (
                 ELSE jsonb_build_object('reclaimed_from', c.previous_owner,
                                         'previous_token', c.previous_token) END,
            NULL,
-           (extract(epoch FROM clock_timestamp() - CASE WHEN c.previous_token IS NULL
-                THEN c.run_after
-                ELSE (SELECT tenure_lease_end(o.lease_until, o.lease_ms, s.beat_at)
-                      FROM tenure_jobs o LEFT JOIN tenure_sessions s ON s.owner = o.owner
-                      WHERE o.id = c.id) END)
-            * 1000)::bigint,
+           (extract(epoch FROM clock_timestamp()
+                               - coalesce(c.previous_end, c.run_after)) * 1000)::bigint,
            c.payload_hmac
     FROM claimed c
 )
-SELECT c.*, clock_timestamp() AS db_now FROM claimed c ORDER BY c.token
+SELECT c.id, c.tool, c.token, c.attempt, c.max_attempts, c.payload, c.payload_hash,
+       c.idempotency_key, c.lease_until, c.previous_owner, c.previous_token, c.payload_hmac,
+       c.run_after, c.waitpoints, c.trace_context, c.tenant, c.session_lease,
+       clock_timestamp() AS db_now
+FROM claimed c ORDER BY c.token
 
 -- name: next_expiry
 -- Seconds until the earliest lease of another owner on one of these tools runs out, so an
