@@ -27,6 +27,6 @@ Module map:
 
 from ._main import main
 from ._parser import _parser
-from ._serve import _loop_factory
+from ._serve import _collector, _loop_factory
 
-__all__ = ["_loop_factory", "_parser", "main"]
+__all__ = ["_collector", "_loop_factory", "_parser", "main"]

@@ -249,6 +249,13 @@ def _parser() -> argparse.ArgumentParser:
         help="event loop: auto (default) is uvloop when installed (tenure[uvloop]), else asyncio",
     )
     worker.add_argument(
+        "--gc",
+        choices=["tuned", "python"],
+        default="tuned",
+        help="the garbage collector: tuned (default) freezes what the app loaded and runs "
+        "the young pass every 10,000 allocations, not 700; python keeps Python's defaults",
+    )
+    worker.add_argument(
         "--grace",
         type=number(0, 3600),
         default=10.0,
