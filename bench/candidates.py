@@ -405,6 +405,7 @@ def measure_tenure(cand: str, jobs: int, held: int, beats: int) -> list[Phase]:
                             "tokens": [r[2] for r in rows],
                             "lease_ms": [LEASE_MS] * len(rows),
                             "kept": [],
+                            "freeze_unnamed": True,
                         },
                     )
                     assert all(r[1] is not None for r in got), f"{cand}: a lease was lost"

@@ -107,6 +107,8 @@ def main() -> None:
                     "tokens": ids,
                     "lease_ms": [30_000] * len(ids),
                     "owner": "w",
+                    "kept": [],
+                    "freeze_unnamed": True,
                 },
                 "finish_many": {
                     "ids": ids,

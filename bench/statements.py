@@ -19,6 +19,8 @@ migrations. Variants:
   no-explorer-indexes  without migration 0013's three job-explorer indexes (what
                     they cost every claim and commit: neither UPDATE is HOT)
   partial-lease-index  tenure_jobs_lease_until only over rows with a lease
+  no-lease-index    without tenure_jobs_lease_until (0023's partial lease indexes remain)
+  brin-journal-time tenure_events_at as a BRIN index (no B-tree insert per journal row)
   no-notify         the commit sends no tenure_done notification
   generic-plans     plan_cache_mode = force_generic_plan (no planning per call)
   no-key-index      without the (tenant, idempotency_key) unique index, which
@@ -49,6 +51,8 @@ VARIANTS = (
     "no-claim-journal",
     "stale-statistics",
     "partial-lease-index",
+    "no-lease-index",
+    "brin-journal-time",
     "no-notify",
     "generic-plans",
     "no-key-index",
@@ -63,6 +67,11 @@ DDL = {
         " WHERE lease_until IS NOT NULL",
     ],
 }
+DDL["no-lease-index"] = ["DROP INDEX tenure_jobs_lease_until"]
+DDL["brin-journal-time"] = [
+    "DROP INDEX tenure_events_at",
+    "CREATE INDEX tenure_events_at ON tenure_events USING brin (at)",
+]
 DDL["no-key-index"] = ["DROP INDEX tenure_jobs_tenant_key"]
 DDL["no-explorer-indexes"] = [
     "DROP INDEX tenure_jobs_state_created, tenure_jobs_tool_created, tenure_jobs_tenant_created"
