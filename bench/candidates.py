@@ -2,7 +2,7 @@
 """Price the storage candidates of issue #26 against each other and pgqueuer, per statement.
 
     bench/.venv/bin/python bench/candidates.py [--jobs 5000] [--held 10000] [--beats 3]
-                                               [--candidates A,B,C,D,E,pgqueuer]
+                                               [--candidates A,B,C,D,E,F,pgqueuer]
 
 Each candidate gets a fresh database on the same server (tenure's migrations, then the
 candidate's schema from bench/candidates.sql) and one connection that plays every role:
@@ -63,6 +63,7 @@ LABELS = {
     "C": "C: sessions (liveness per process)",
     "D": "D: hot table + finished table",
     "E": "E: C + D",
+    "F": "F: E with claims that write no index (HOT)",
     "pgqueuer": "pgqueuer 1.6 (its statements)",
 }
 
@@ -197,8 +198,8 @@ def beat_periods(runner: Runner, held: int, beats: int, beat: Any) -> list[Phase
 
 # -- tenure candidates --------------------------------------------------------------------------
 
-SESSIONS = {"C", "E"}
-HOT_TABLE = {"D", "E"}
+SESSIONS = {"C", "E", "F"}
+HOT_TABLE = {"D", "E", "F"}
 
 
 def statements(cand: str) -> dict[str, Any]:
@@ -212,10 +213,10 @@ def statements(cand: str) -> dict[str, Any]:
             "enqueue": QUERIES["enqueue"],
             "by_key": QUERIES["job_by_key"],
         }
-    low = cand.lower()
+    low = "e" if cand == "F" else cand.lower()  # F: E's statements on its own indexes
     base = "d" if cand in HOT_TABLE else "a"
     found = {
-        "claim": SQL[f"{low}_claim"],
+        "claim": SQL[f"{low}_claim"] if cand != "F" else f_claim(),
         "finish": SQL[f"{low}_finish"],
         "extend": SQL["c_beat"] if cand in SESSIONS else SQL.get(f"{low}_extend"),
         "enqueue_many": SQL["d_enqueue_many"] if base == "d" else QUERIES["enqueue_many"],
@@ -225,8 +226,22 @@ def statements(cand: str) -> dict[str, Any]:
     return found
 
 
+def f_claim() -> str:
+    """E's claim with its queued branch bounded by a constant, as tenure's own claim is, so
+    that PostgreSQL keeps one generic plan (the drain's claims are of 100), and F's own
+    expired branch (no owner index: a scan, gated on a stale session)."""
+    bound = "ORDER BY j.priority DESC, j.position, j.id\n    LIMIT %(limit)s\n"
+    claim: str = SQL["e_claim"]
+    start, end = claim.index("), expired AS ("), claim.index("), frozen AS (")
+    assert claim.count(bound) == 1, "e_claim's queued branch moved; update f_claim"
+    claim = claim[:start] + SQL["f_expired"] + claim[end + len("), frozen AS (") :]
+    return claim.replace(bound, bound.replace("%(limit)s", str(BATCH)))
+
+
 def setup(runner: Runner, cand: str) -> None:
     conn = runner.conn
+    if cand == "F":  # E's schema, its claim indexes replaced
+        conn.execute(SQL["e_schema"])
     if cand != "A":
         conn.execute(SQL[f"{cand.lower()}_schema"])
     if cand in HOT_TABLE:
@@ -639,7 +654,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=5_000)
     parser.add_argument("--held", type=int, default=10_000)
     parser.add_argument("--beats", type=int, default=4, help="heartbeat periods (>= 2)")
-    parser.add_argument("--candidates", default="A,B,C,D,E,pgqueuer")
+    parser.add_argument("--candidates", default="A,B,C,D,E,F,pgqueuer")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args()
     results: dict[str, list[Phase]] = {}

@@ -568,3 +568,37 @@ WITH outcome AS (
 )
 SELECT o.id, f.id IS NOT NULL AS accepted
 FROM notified, outcome o LEFT JOIN finished f ON f.id = o.id
+
+
+-- == F: E with claims that write no index (HOT) ==============================================
+-- E's tables and statements, but nothing a claim changes is indexed and no index predicate
+-- names `state`: the queue index is over every row of the hot table (queued and running: the
+-- claim filters state on the row), the tenant index likewise, and no index on owner (a stale
+-- session's jobs are found by a scan of the small hot table). A claim can then be a HOT
+-- update (room kept on each page by fillfactor 70): no B-tree insert but its journal row's.
+-- Its claim is E's with the queued branch bounded by 100, as tenure's is, and f_expired for
+-- E's expired branch (candidates.py, f_claim).
+
+-- name: f_schema
+-- Run after e_schema: E's tables with the claim's indexes replaced.
+ALTER TABLE tenure_queue SET (fillfactor = 70);
+DROP INDEX tenure_queue_queued, tenure_queue_tenant_queued, tenure_queue_owner_running;
+CREATE INDEX tenure_queue_line ON tenure_queue (held, priority DESC, position, id, run_after);
+CREATE INDEX tenure_queue_tenant_line ON tenure_queue (tenant, position);
+
+-- name: f_expired
+-- F's expired branch (a fragment of its claim): without an owner index, a stale session's jobs
+-- come from a scan of the hot table, run only when some session is stale.
+), stale AS MATERIALIZED (
+    SELECT s.name, s.beat_at FROM tenure_sessions s
+    WHERE s.beat_at + s.lease_ms * interval '1 millisecond' < (SELECT now FROM clock)
+), expired AS (
+    SELECT j.id, j.owner AS previous_owner, j.token AS previous_token
+    FROM tenure_queue j JOIN stale s ON j.owner = s.name
+    WHERE EXISTS (SELECT FROM stale) AND j.state = 'running'
+      AND coalesce(j.lease_until, greatest(s.beat_at, j.claimed_at)
+                                  + j.lease_ms * interval '1 millisecond') < (SELECT now FROM clock)
+      AND j.attempt < j.max_attempts AND NOT j.held AND j.tool = ANY(%(tools)b::text[])
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+), frozen AS (
