@@ -21,6 +21,8 @@ migrations. Variants:
   partial-lease-index  tenure_jobs_lease_until only over rows with a lease
   no-lease-index    without tenure_jobs_lease_until (0023's partial lease indexes remain)
   brin-journal-time tenure_events_at as a BRIN index (no B-tree insert per journal row)
+  fillfactor-70     tenure_jobs keeps 30 % of each page free (a new row version can stay on
+                    its page: never HOT here, since the claim and commit change indexed state)
   no-notify         the commit sends no tenure_done notification
   generic-plans     plan_cache_mode = force_generic_plan (no planning per call)
   no-key-index      without the (tenant, idempotency_key) unique index, which
@@ -53,6 +55,7 @@ VARIANTS = (
     "partial-lease-index",
     "no-lease-index",
     "brin-journal-time",
+    "fillfactor-70",
     "no-notify",
     "generic-plans",
     "no-key-index",
@@ -72,6 +75,7 @@ DDL["brin-journal-time"] = [
     "DROP INDEX tenure_events_at",
     "CREATE INDEX tenure_events_at ON tenure_events USING brin (at)",
 ]
+DDL["fillfactor-70"] = ["ALTER TABLE tenure_jobs SET (fillfactor = 70)"]
 DDL["no-key-index"] = ["DROP INDEX tenure_jobs_tenant_key"]
 DDL["no-explorer-indexes"] = [
     "DROP INDEX tenure_jobs_state_created, tenure_jobs_tool_created, tenure_jobs_tenant_created"
