@@ -2,13 +2,14 @@
 """Price the storage candidates of issue #26 against each other and pgqueuer, per statement.
 
     bench/.venv/bin/python bench/candidates.py [--jobs 5000] [--held 10000] [--beats 3]
-                                               [--candidates A,B,C,D,E,F,pgqueuer]
+                                               [--candidates A,B,C,D,E,F,G,pgqueuer]
+                                               [--batch 100]
 
 Each candidate gets a fresh database on the same server (tenure's migrations, then the
 candidate's schema from bench/candidates.sql) and one connection that plays every role:
 
-  enqueue   --jobs no-op jobs, 100 per statement (the bulk enqueue)
-  drain     claim 100 + fenced commit of 100 until the queue is empty
+  enqueue   --jobs no-op jobs, --batch (100) per statement (the bulk enqueue)
+  drain     claim --batch + fenced commit of as many until the queue is empty
   key       200 single enqueues of a new key, then 200 of a finished job's key (the
             idempotency window: the repeated key must return the finished job)
   beat      --held leases held by 10 owners (1,000 each), --beats heartbeat periods, each
@@ -64,6 +65,7 @@ LABELS = {
     "D": "D: hot table + finished table",
     "E": "E: C + D",
     "F": "F: E with claims that write no index (HOT)",
+    "G": "G: F, the finished row as the outcome's journal entry",
     "pgqueuer": "pgqueuer 1.6 (its statements)",
 }
 
@@ -198,26 +200,27 @@ def beat_periods(runner: Runner, held: int, beats: int, beat: Any) -> list[Phase
 
 # -- tenure candidates --------------------------------------------------------------------------
 
-SESSIONS = {"C", "E", "F"}
-HOT_TABLE = {"D", "E", "F"}
+SESSIONS = {"C", "E", "F", "G"}
+HOT_TABLE = {"D", "E", "F", "G"}
 
 
 def statements(cand: str) -> dict[str, Any]:
     """The candidate's claim / heartbeat / commit / enqueue statements by role."""
     if cand == "A":
         return {
-            "claim": QUERIES["claim"],
+            "claim": QUERIES["claim" if BATCH <= 100 else "claim_large"],
             "extend": QUERIES["extend_leases"],
             "finish": QUERIES["finish_many"],
             "enqueue_many": QUERIES["enqueue_many"],
             "enqueue": QUERIES["enqueue"],
             "by_key": QUERIES["job_by_key"],
         }
-    low = "e" if cand == "F" else cand.lower()  # F: E's statements on its own indexes
+    # F, G: E's statements on their own indexes (f_claim); G journals no outcome row.
+    low = "e" if cand in ("F", "G") else cand.lower()
     base = "d" if cand in HOT_TABLE else "a"
     found = {
-        "claim": SQL[f"{low}_claim"] if cand != "F" else f_claim(),
-        "finish": SQL[f"{low}_finish"],
+        "claim": f_claim() if cand in ("F", "G") else SQL[f"{low}_claim"],
+        "finish": g_finish() if cand == "G" else SQL[f"{low}_finish"],
         "extend": SQL["c_beat"] if cand in SESSIONS else SQL.get(f"{low}_extend"),
         "enqueue_many": SQL["d_enqueue_many"] if base == "d" else QUERIES["enqueue_many"],
         "enqueue": SQL["d_enqueue"] if base == "d" else QUERIES["enqueue"],
@@ -238,11 +241,20 @@ def f_claim() -> str:
     return claim.replace(bound, bound.replace("%(limit)s", str(BATCH)))
 
 
+def g_finish() -> str:
+    """E's commit without its journal row: the finished row (owner, token, attempt, claim and
+    finish times) is the outcome's record; the claim's journal row stays (the token audit)."""
+    finish: str = SQL["e_finish"]
+    start, end = finish.index("), journal AS ("), finish.index("), notified AS (")
+    return finish[:start] + finish[end:]
+
+
 def setup(runner: Runner, cand: str) -> None:
     conn = runner.conn
-    if cand == "F":  # E's schema, its claim indexes replaced
+    if cand in ("F", "G"):  # E's schema, its claim indexes replaced (f_schema)
         conn.execute(SQL["e_schema"])
-    if cand != "A":
+        conn.execute(SQL["f_schema"])
+    elif cand != "A":
         conn.execute(SQL[f"{cand.lower()}_schema"])
     if cand in HOT_TABLE:
         # tenure_place over the hot table: the same function with the table renamed.
@@ -650,13 +662,20 @@ def report(results: dict[str, list[Phase]], args: argparse.Namespace) -> str:
 
 
 def main() -> None:
+    global BATCH
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=5_000)
     parser.add_argument("--held", type=int, default=10_000)
     parser.add_argument("--beats", type=int, default=4, help="heartbeat periods (>= 2)")
-    parser.add_argument("--candidates", default="A,B,C,D,E,F,pgqueuer")
+    parser.add_argument("--candidates", default="A,B,C,D,E,F,G,pgqueuer")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    parser.add_argument(
+        "--batch", type=int, default=BATCH, help="jobs per claim, commit and bulk enqueue"
+    )
     args = parser.parse_args()
+    if not 1 <= args.batch <= 1000:
+        parser.error("--batch must be 1 to 1000 (tenure's largest claim)")
+    BATCH = args.batch
     results: dict[str, list[Phase]] = {}
     for cand in [c for c in args.candidates.split(",") if c]:
         if cand == "pgqueuer":
