@@ -2,7 +2,7 @@
 """Price the storage candidates of issue #26 against each other and pgqueuer, per statement.
 
     bench/.venv/bin/python bench/candidates.py [--jobs 5000] [--held 10000] [--beats 3]
-                                               [--candidates A,B,C,D,E,F,G,pgqueuer]
+                                               [--candidates A,B,C,D,E,F,G,H,pgqueuer]
                                                [--batch 100]
 
 Each candidate gets a fresh database on the same server (tenure's migrations, then the
@@ -66,6 +66,7 @@ LABELS = {
     "E": "E: C + D",
     "F": "F: E with claims that write no index (HOT)",
     "G": "G: F, the finished row as the outcome's journal entry",
+    "H": "H: G without the explorer's per-filter indexes on finished jobs",
     "pgqueuer": "pgqueuer 1.6 (its statements)",
 }
 
@@ -200,8 +201,8 @@ def beat_periods(runner: Runner, held: int, beats: int, beat: Any) -> list[Phase
 
 # -- tenure candidates --------------------------------------------------------------------------
 
-SESSIONS = {"C", "E", "F", "G"}
-HOT_TABLE = {"D", "E", "F", "G"}
+SESSIONS = {"C", "E", "F", "G", "H"}
+HOT_TABLE = {"D", "E", "F", "G", "H"}
 
 
 def statements(cand: str) -> dict[str, Any]:
@@ -215,12 +216,12 @@ def statements(cand: str) -> dict[str, Any]:
             "enqueue": QUERIES["enqueue"],
             "by_key": QUERIES["job_by_key"],
         }
-    # F, G: E's statements on their own indexes (f_claim); G journals no outcome row.
-    low = "e" if cand in ("F", "G") else cand.lower()
+    # F, G, H: E's statements on their own indexes (f_claim); G, H journal no outcome row.
+    low = "e" if cand in ("F", "G", "H") else cand.lower()
     base = "d" if cand in HOT_TABLE else "a"
     found = {
-        "claim": f_claim() if cand in ("F", "G") else SQL[f"{low}_claim"],
-        "finish": g_finish() if cand == "G" else SQL[f"{low}_finish"],
+        "claim": f_claim() if cand in ("F", "G", "H") else SQL[f"{low}_claim"],
+        "finish": g_finish() if cand in ("G", "H") else SQL[f"{low}_finish"],
         "extend": SQL["c_beat"] if cand in SESSIONS else SQL.get(f"{low}_extend"),
         "enqueue_many": SQL["d_enqueue_many"] if base == "d" else QUERIES["enqueue_many"],
         "enqueue": SQL["d_enqueue"] if base == "d" else QUERIES["enqueue"],
@@ -251,11 +252,16 @@ def g_finish() -> str:
 
 def setup(runner: Runner, cand: str) -> None:
     conn = runner.conn
-    if cand in ("F", "G"):  # E's schema, its claim indexes replaced (f_schema)
+    if cand in ("F", "G", "H"):  # E's schema, its claim indexes replaced (f_schema)
         conn.execute(SQL["e_schema"])
         conn.execute(SQL["f_schema"])
     elif cand != "A":
         conn.execute(SQL[f"{cand.lower()}_schema"])
+    if cand == "H":  # the explorer's filters would scan the finished jobs by time instead
+        conn.execute(
+            "DROP INDEX tenure_done_state_created, tenure_done_tool_created,"
+            " tenure_done_tenant_created"
+        )
     if cand in HOT_TABLE:
         # tenure_place over the hot table: the same function with the table renamed.
         body = runner.one("SELECT pg_get_functiondef('tenure_place'::regproc)")
@@ -667,7 +673,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=5_000)
     parser.add_argument("--held", type=int, default=10_000)
     parser.add_argument("--beats", type=int, default=4, help="heartbeat periods (>= 2)")
-    parser.add_argument("--candidates", default="A,B,C,D,E,F,G,pgqueuer")
+    parser.add_argument("--candidates", default="A,B,C,D,E,F,G,H,pgqueuer")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     parser.add_argument(
         "--batch", type=int, default=BATCH, help="jobs per claim, commit and bulk enqueue"
