@@ -22,6 +22,7 @@ from .._worker._worker import (
     DEFAULT_CONCURRENCY,
     KEEPALIVE,
     KEEPALIVE_RANGE,
+    MAX_CLAIM_BATCH,
     MAX_CONCURRENCY,
 )
 
@@ -240,7 +241,9 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--concurrency", type=integer(1, MAX_CONCURRENCY), default=DEFAULT_CONCURRENCY
     )
-    worker.add_argument("--claim-batch", type=integer(1, 1000), default=DEFAULT_CLAIM_BATCH)
+    worker.add_argument(
+        "--claim-batch", type=integer(1, MAX_CLAIM_BATCH), default=DEFAULT_CLAIM_BATCH
+    )
     worker.add_argument("--poll-interval", type=number(0.01, 60), default=1.0)
     worker.add_argument(
         "--loop",

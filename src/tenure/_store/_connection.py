@@ -42,17 +42,23 @@ from ._queries import load_query_folder
 # statement bounded by MAX_CLAIM.
 MAX_CLAIM = 1000
 SMALL_CLAIM = 100
-_SMALL_BOUND = "LIMIT 100\n    FOR UPDATE SKIP LOCKED\n), picked AS ("
-_LARGE_BOUND = "LIMIT 1000\n    FOR UPDATE SKIP LOCKED\n), picked AS ("
+
+
+def _queued_bound(jobs: int) -> LiteralString:
+    return f"LIMIT {jobs}\n    FOR UPDATE SKIP LOCKED\n), picked AS ("
 
 
 def _with_large_claim(
     queries: Mapping[str, LiteralString],
 ) -> MappingProxyType[str, LiteralString]:
-    claim = queries["claim"]
-    if claim.count(_SMALL_BOUND) != 1:
-        raise ValueError("the claim's queued branch lost its bound of 100 (queries/jobs.sql)")
-    return MappingProxyType({**queries, "claim_large": claim.replace(_SMALL_BOUND, _LARGE_BOUND)})
+    claim, small = queries["claim"], _queued_bound(SMALL_CLAIM)
+    if claim.count(small) != 1:
+        raise ValueError(
+            f"the claim's queued branch lost its bound of {SMALL_CLAIM} (queries/jobs.sql)"
+        )
+    return MappingProxyType(
+        {**queries, "claim_large": claim.replace(small, _queued_bound(MAX_CLAIM))}
+    )
 
 
 QUERIES = _with_large_claim(load_query_folder("tenure._store.queries"))

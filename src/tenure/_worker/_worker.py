@@ -58,6 +58,8 @@ MAX_CONCURRENCY = 100_000
 # process little; a burst of short ones is then claimed 100 at a time instead of 10.
 DEFAULT_CONCURRENCY = 100
 DEFAULT_CLAIM_BATCH = 100
+# The largest claim_batch: the most one claim statement takes.
+MAX_CLAIM_BATCH = MAX_CLAIM
 CREDENTIAL_VARIABLES = (
     "TENURE_DSN",
     "TENURE_DSN_FILE",
@@ -144,8 +146,8 @@ class Worker:
     ) -> None:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise PolicyError(f"concurrency={concurrency} is outside [1, {MAX_CONCURRENCY}]")
-        if not 1 <= claim_batch <= MAX_CLAIM:
-            raise PolicyError(f"claim_batch={claim_batch} is outside [1, {MAX_CLAIM}]")
+        if not 1 <= claim_batch <= MAX_CLAIM_BATCH:
+            raise PolicyError(f"claim_batch={claim_batch} is outside [1, {MAX_CLAIM_BATCH}]")
         if not 0.01 <= poll_interval <= 60:
             raise PolicyError(f"poll_interval={poll_interval} is outside [0.01, 60] s")
         if not 0 <= grace <= 3600:
