@@ -9,7 +9,8 @@ Each candidate gets a fresh database on the same server (tenure's migrations, th
 candidate's schema from bench/candidates.sql) and one connection that plays every role:
 
   enqueue   --jobs no-op jobs, --batch (100) per statement (the bulk enqueue)
-  drain     claim --batch + fenced commit of as many until the queue is empty
+  drain     claim --batch + fenced commit of as many until the queue is empty, measured after
+            WARM_ROUNDS unmeasured rounds (the plans a long-running worker keeps)
   key       200 single enqueues of a new key, then 200 of a finished job's key (the
             idempotency window: the repeated key must return the finished job)
   beat      --held leases held by 10 owners (1,000 each), --beats heartbeat periods, each
@@ -58,6 +59,15 @@ SESSION_BEAT_S = 5.0
 BATCH = 100
 # checkpoint_timeout 5 min / H 5 s: heartbeat periods between two checkpoints.
 PERIODS_PER_CHECKPOINT = 60
+# Claim + commit rounds run before the drain is measured. PostgreSQL plans a prepared
+# statement's first five executions for their parameters (custom plans) before it settles on
+# its generic plan; a worker runs thousands of claims on one connection, so the generic plan
+# is what it pays for. The custom plans can be far worse: right after ANALYZE no row is
+# running, the fence (owner, state) looks like one row, and a commit of 500 was planned as a
+# scan of the table joined to its 500 outcomes by a nested loop (250,000 comparisons,
+# 53-72 ms where the generic plan takes 5-11 ms). Five such commits among the forty of a
+# 20,000-job drain at --batch 500 doubled its commit figure (2026-12-06 stop 33).
+WARM_ROUNDS = 6
 LABELS = {
     "A": "A: tenure as shipped (sessions, migration 0023)",
     "B": "B: lease in a narrow table",
@@ -359,9 +369,10 @@ def measure_tenure(cand: str, jobs: int, held: int, beats: int) -> list[Phase]:
                 assert len(got) == 1, f"{cand}: the session {owner} was lost"
                 last_beat[owner] = time.monotonic()
 
-        runner.begin("drain", jobs)
         done = 0
         while True:
+            if done == WARM_ROUNDS * BATCH:
+                runner.begin("drain", jobs - done)
             keep_alive("drain")
             rows = runner.run("claim", st["claim"], claim_params("drain", BATCH))
             if not rows:
@@ -369,6 +380,7 @@ def measure_tenure(cand: str, jobs: int, held: int, beats: int) -> list[Phase]:
             out = runner.run("commit", st["finish"], finish_params("drain", rows))
             assert all(r[1] for r in out), f"{cand}: a fenced commit was refused"
             done += len(rows)
+        assert runner.phase is not None, f"--jobs must exceed {WARM_ROUNDS} claims"
         phases.append(runner.end())
         assert done == jobs, (cand, done, jobs)
         ok = runner.one(f"SELECT count(*) FROM {table} WHERE state = 'succeeded'")
@@ -519,9 +531,13 @@ def measure_pgqueuer(jobs: int, held: int, beats: int) -> list[Phase]:
         enqueue("k", jobs)
         phases.append(runner.end())
         runner.conn.execute("ANALYZE")
-        runner.begin("drain", jobs)
         done = 0
-        while rows := dequeue_rows(BATCH):
+        while True:
+            if done == WARM_ROUNDS * BATCH:
+                runner.begin("drain", jobs - done)
+            rows = dequeue_rows(BATCH)
+            if not rows:
+                break
             ids = [r[0] for r in rows]
             runner.run(
                 "commit",
@@ -530,6 +546,7 @@ def measure_pgqueuer(jobs: int, held: int, beats: int) -> list[Phase]:
                 client=True,
             )
             done += len(ids)
+        assert runner.phase is not None, f"--jobs must exceed {WARM_ROUNDS} claims"
         phases.append(runner.end())
         assert done == jobs, ("pgqueuer", done, jobs)
 
@@ -587,9 +604,10 @@ def report(results: dict[str, list[Phase]], args: argparse.Namespace) -> str:
     out.append("Per job (enqueue + claim + commit):\n")
     out.append(
         "| candidate | WAL records | WAL bytes | of which FPI | B-tree inserts | "
-        "heap updates (HOT) | buffer hits | PG CPU µs | claim µs/stmt | commit µs/stmt |"
+        "heap updates (HOT) | buffer hits | PG CPU µs | of which the drain's |"
+        " claim µs (p50 stmt / batch) | commit µs (p50 stmt / batch) |"
     )
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for cand, phases in results.items():
         p = {ph.name: ph for ph in phases}
         enq, drain = p["enqueue"], p["drain"]
@@ -599,12 +617,13 @@ def report(results: dict[str, list[Phase]], args: argparse.Namespace) -> str:
         idx = per_unit(enq, "total", "index_inserts") + per_unit(drain, "total", "index_inserts")
         upd = per_unit(drain, "total", "updates") + per_unit(drain, "total", "hot_updates")
         hot = per_unit(drain, "total", "hot_updates")
-        hits = (enq.blks_hit + drain.blks_hit) / enq.units
-        cpu = 1e6 * (enq.cpu_s + drain.cpu_s) / enq.units
+        hits = enq.blks_hit / enq.units + drain.blks_hit / drain.units
+        drain_cpu = 1e6 * drain.cpu_s / drain.units
+        cpu = 1e6 * enq.cpu_s / enq.units + drain_cpu
         out.append(
             f"| {LABELS[cand]} | {rec:.1f} | {byt:,.0f} | {fpi:,.0f} | {idx:.1f} | "
-            f"{upd:.2f} ({hot:.2f}) | {hits:.1f} | {cpu:.1f} | {median_us(drain, 'claim'):,.0f}"
-            f" | {median_us(drain, 'commit'):,.0f} |"
+            f"{upd:.2f} ({hot:.2f}) | {hits:.1f} | {cpu:.1f} | {drain_cpu:.1f} | "
+            f"{median_us(drain, 'claim') / BATCH:.1f} | {median_us(drain, 'commit') / BATCH:.1f} |"
         )
     out.append("\nPer statement kind, per job (drain):\n")
     out.append(
