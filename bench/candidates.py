@@ -3,10 +3,11 @@
 
     bench/.venv/bin/python bench/candidates.py [--jobs 5000] [--held 10000] [--beats 3]
                                                [--candidates A,B,C,D,E,F,G,H,pgqueuer]
-                                               [--batch 100]
+                                               [--batch 100] [--connections 1]
 
 Each candidate gets a fresh database on the same server (tenure's migrations, then the
-candidate's schema from bench/candidates.sql) and one connection that plays every role:
+candidate's schema from bench/candidates.sql) and one connection that plays every role but
+the drain's, which runs on --connections (1) connections at once, each its own owner:
 
   enqueue   --jobs no-op jobs, --batch (100) per statement (the bulk enqueue)
   drain     claim --batch + fenced commit of as many until the queue is empty, measured after
@@ -33,9 +34,11 @@ import argparse
 import datetime
 import json
 import statistics
+import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +71,8 @@ PERIODS_PER_CHECKPOINT = 60
 # 53-72 ms where the generic plan takes 5-11 ms). Five such commits among the forty of a
 # 20,000-job drain at --batch 500 doubled its commit figure (2026-12-06 stop 33).
 WARM_ROUNDS = 6
+# Connections that drain at once (--connections), each its own owner (and session).
+CONNECTIONS = 1
 LABELS = {
     "A": "A: tenure as shipped (sessions, migration 0023)",
     "B": "B: lease in a narrow table",
@@ -108,6 +113,8 @@ class Runner:
         self.phase: Phase | None = None
         self._cpu0 = 0.0
         self._stats0 = (0, 0)
+        # The backends whose CPU a phase counts: this one, or the drainers' (drain()).
+        self.cpu_pids = [self.pid]
 
     def one(self, statement: Any, params: Any = None) -> Any:
         row = self.conn.execute(statement, params).fetchone()
@@ -127,13 +134,13 @@ class Runner:
         self.phase = Phase(name, units)
         self._stats0 = self._db_stats()
         self.phase.start_lsn = str(self.one("SELECT pg_current_wal_insert_lsn()"))
-        self._cpu0 = proc_cpu(self.pid)
+        self._cpu0 = sum(proc_cpu(pid) for pid in self.cpu_pids)
         return self.phase
 
     def end(self) -> Phase:
         phase = self.phase
         assert phase is not None
-        phase.cpu_s = proc_cpu(self.pid) - self._cpu0
+        phase.cpu_s = sum(proc_cpu(pid) for pid in self.cpu_pids) - self._cpu0
         phase.end_lsn = str(self.one("SELECT pg_current_wal_flush_lsn()"))
         hit, read = self._db_stats()
         phase.blks_hit, phase.blks_read = hit - self._stats0[0], read - self._stats0[1]
@@ -209,6 +216,77 @@ def beat_periods(runner: Runner, held: int, beats: int, beat: Any) -> list[Phase
     return [first, runner.end()]
 
 
+def drain_owners() -> list[str]:
+    """The drain's owners, one per connection (the first keeps the single drain's name)."""
+    return ["drain", *(f"drain{k}" for k in range(1, CONNECTIONS))]
+
+
+def drain(
+    runner: Runner,
+    dsn: str,
+    jobs: int,
+    one_round: Callable[[Runner, str], int],
+    prepare: Callable[[Runner], None] | None = None,
+) -> Phase:
+    """Drain the queue over CONNECTIONS connections at once, each in a thread of its own under
+    its own owner: WARM_ROUNDS unmeasured rounds on each, then the rest measured together (the
+    drainers' backends' CPU; WAL by their transactions' xids). ``one_round`` claims and
+    commits once and says how many jobs it finished (0: the queue is empty)."""
+    drainers = [Runner(dsn) for _ in range(CONNECTIONS)]
+    owners = drain_owners()
+    warm = [0] * CONNECTIONS
+    warmed = threading.Barrier(CONNECTIONS + 1)
+    go = threading.Barrier(CONNECTIONS + 1)
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            if prepare is not None:
+                prepare(drainers[k])
+            for _ in range(WARM_ROUNDS):
+                warm[k] += one_round(drainers[k], owners[k])
+        except BaseException as exc:
+            errors.append(exc)
+        warmed.wait()
+        go.wait()
+        try:
+            while not errors and one_round(drainers[k], owners[k]):
+                pass
+        except BaseException as exc:
+            errors.append(exc)
+
+    def flush() -> None:
+        """Each backend reports its buffer counts to pg_stat_database when it next goes idle,
+        at most once a second unless forced: force it, so each phase counts its own."""
+        for d in drainers:
+            d.conn.execute("SELECT pg_stat_force_next_flush()")
+            d.conn.execute("SELECT 1")
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(CONNECTIONS)]
+    try:
+        for t in threads:
+            t.start()
+        warmed.wait()
+        assert sum(warm) < jobs, f"--jobs must exceed {WARM_ROUNDS} claims per connection"
+        flush()
+        runner.cpu_pids = [d.pid for d in drainers]
+        phase = runner.begin("drain", jobs - sum(warm))
+        for d in drainers:
+            d.phase = phase
+        go.wait()
+        for t in threads:
+            t.join()
+        flush()
+        runner.end()
+    finally:
+        runner.cpu_pids = [runner.pid]
+        for d in drainers:
+            d.close()
+    if errors:
+        raise errors[0]
+    return phase
+
+
 # -- tenure candidates --------------------------------------------------------------------------
 
 SESSIONS = {"C", "E", "F", "G", "H"}
@@ -279,7 +357,7 @@ def setup(runner: Runner, cand: str) -> None:
             body.replace("tenure_place", "cand_place").replace("tenure_jobs", "tenure_queue")
         )
     if cand in SESSIONS:
-        for owner in [*OWNERS, "drain"]:
+        for owner in [*OWNERS, *drain_owners()]:
             conn.execute(SQL["c_open"], {"owner": owner, "lease_ms": LEASE_MS})
 
 
@@ -362,27 +440,22 @@ def measure_tenure(cand: str, jobs: int, held: int, beats: int) -> list[Phase]:
 
         last_beat: dict[str, float] = {}
 
-        def keep_alive(owner: str) -> None:
+        def keep_alive(owner: str, on: Runner = runner) -> None:
             """A session process beats every H whatever else it does (counted in the phase)."""
             if cand in SESSIONS and time.monotonic() - last_beat.get(owner, 0.0) > SESSION_BEAT_S:
-                got = runner.run("session_beat", SQL["c_beat"], {"owner": owner})
+                got = on.run("session_beat", SQL["c_beat"], {"owner": owner})
                 assert len(got) == 1, f"{cand}: the session {owner} was lost"
                 last_beat[owner] = time.monotonic()
 
-        done = 0
-        while True:
-            if done == WARM_ROUNDS * BATCH:
-                runner.begin("drain", jobs - done)
-            keep_alive("drain")
-            rows = runner.run("claim", st["claim"], claim_params("drain", BATCH))
-            if not rows:
-                break
-            out = runner.run("commit", st["finish"], finish_params("drain", rows))
-            assert all(r[1] for r in out), f"{cand}: a fenced commit was refused"
-            done += len(rows)
-        assert runner.phase is not None, f"--jobs must exceed {WARM_ROUNDS} claims"
-        phases.append(runner.end())
-        assert done == jobs, (cand, done, jobs)
+        def one_round(on: Runner, owner: str) -> int:
+            keep_alive(owner, on)
+            rows = on.run("claim", st["claim"], claim_params(owner, BATCH))
+            if rows:
+                out = on.run("commit", st["finish"], finish_params(owner, rows))
+                assert all(r[1] for r in out), f"{cand}: a fenced commit was refused"
+            return len(rows)
+
+        phases.append(drain(runner, dsn, jobs, one_round))
         ok = runner.one(f"SELECT count(*) FROM {table} WHERE state = 'succeeded'")
         assert ok == jobs, (cand, ok)
 
@@ -496,8 +569,12 @@ def measure_pgqueuer(jobs: int, held: int, beats: int) -> list[Phase]:
             "log": queue.build_log_job_query(),
             "heartbeat": queue.build_update_heartbeat_query(),
         }
-        for name, text in prepared.items():
-            runner.conn.execute(f"PREPARE pgq_{name} AS {text}")  # type: ignore[arg-type]
+
+        def prepare(on: Runner) -> None:
+            for name, text in prepared.items():
+                on.conn.execute(f"PREPARE pgq_{name} AS {text}")  # type: ignore[arg-type]
+
+        prepare(runner)
 
         def enqueue(prefix: str, count: int) -> None:
             for start in range(0, count, BATCH):
@@ -518,37 +595,36 @@ def measure_pgqueuer(jobs: int, held: int, beats: int) -> list[Phase]:
                     client=True,
                 )
 
-        def dequeue_rows(limit: int) -> list[Any]:
-            return runner.run(
+        def dequeue_rows(limit: int, on: Runner = runner, manager: uuid.UUID = qm) -> list[Any]:
+            return on.run(
                 "claim",
                 "EXECUTE pgq_dequeue(%s, %s::text[], %s::uuid, %s::interval)",
-                (limit, ["noop"], qm, datetime.timedelta(seconds=LEASE_MS // 1000)),
+                (limit, ["noop"], manager, datetime.timedelta(seconds=LEASE_MS // 1000)),
                 client=True,
             )
+
+        managers = {owner: uuid.uuid4() for owner in drain_owners()}
+
+        def one_round(on: Runner, owner: str) -> int:
+            rows = dequeue_rows(BATCH, on, managers[owner])
+            if rows:
+                ids = [r[0] for r in rows]
+                on.run(
+                    "commit",
+                    "EXECUTE pgq_log(%s::bigint[], %s::pgqueuer_status[], %s::jsonb[])",
+                    (ids, ["successful"] * len(ids), [None] * len(ids)),
+                    client=True,
+                )
+            return len(rows)
 
         phases = []
         phases.append(runner.begin("enqueue", jobs))
         enqueue("k", jobs)
         phases.append(runner.end())
         runner.conn.execute("ANALYZE")
-        done = 0
-        while True:
-            if done == WARM_ROUNDS * BATCH:
-                runner.begin("drain", jobs - done)
-            rows = dequeue_rows(BATCH)
-            if not rows:
-                break
-            ids = [r[0] for r in rows]
-            runner.run(
-                "commit",
-                "EXECUTE pgq_log(%s::bigint[], %s::pgqueuer_status[], %s::jsonb[])",
-                (ids, ["successful"] * len(ids), [None] * len(ids)),
-                client=True,
-            )
-            done += len(ids)
-        assert runner.phase is not None, f"--jobs must exceed {WARM_ROUNDS} claims"
-        phases.append(runner.end())
-        assert done == jobs, ("pgqueuer", done, jobs)
+        phases.append(drain(runner, dsn, jobs, one_round, prepare))
+        left = runner.one("SELECT count(*) FROM pgqueuer")
+        assert left == 0, ("pgqueuer", left)
 
         enqueue("h", held)
         runner.conn.execute("ANALYZE")
@@ -599,7 +675,8 @@ def report(results: dict[str, list[Phase]], args: argparse.Namespace) -> str:
     out.append(
         f"{args.jobs:,} jobs (claim {BATCH} + commit {BATCH} per round trip, enqueue "
         f"{BATCH} per statement); {args.held:,} leases held by 10 owners, "
-        f"{args.beats} heartbeat periods; one connection, same server, same run.\n"
+        f"{args.beats} heartbeat periods; the drain on {CONNECTIONS} connection(s) at once, "
+        "every other phase on one; same server, same run.\n"
     )
     out.append("Per job (enqueue + claim + commit):\n")
     out.append(
@@ -610,20 +687,21 @@ def report(results: dict[str, list[Phase]], args: argparse.Namespace) -> str:
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for cand, phases in results.items():
         p = {ph.name: ph for ph in phases}
-        enq, drain = p["enqueue"], p["drain"]
-        rec = per_unit(enq, "total", "records") + per_unit(drain, "total", "records")
-        byt = per_unit(enq, "total", "bytes") + per_unit(drain, "total", "bytes")
-        fpi = per_unit(enq, "total", "fpi_bytes") + per_unit(drain, "total", "fpi_bytes")
-        idx = per_unit(enq, "total", "index_inserts") + per_unit(drain, "total", "index_inserts")
-        upd = per_unit(drain, "total", "updates") + per_unit(drain, "total", "hot_updates")
-        hot = per_unit(drain, "total", "hot_updates")
-        hits = enq.blks_hit / enq.units + drain.blks_hit / drain.units
-        drain_cpu = 1e6 * drain.cpu_s / drain.units
+        enq, drained = p["enqueue"], p["drain"]
+        rec = per_unit(enq, "total", "records") + per_unit(drained, "total", "records")
+        byt = per_unit(enq, "total", "bytes") + per_unit(drained, "total", "bytes")
+        fpi = per_unit(enq, "total", "fpi_bytes") + per_unit(drained, "total", "fpi_bytes")
+        idx = per_unit(enq, "total", "index_inserts") + per_unit(drained, "total", "index_inserts")
+        upd = per_unit(drained, "total", "updates") + per_unit(drained, "total", "hot_updates")
+        hot = per_unit(drained, "total", "hot_updates")
+        hits = enq.blks_hit / enq.units + drained.blks_hit / drained.units
+        drain_cpu = 1e6 * drained.cpu_s / drained.units
         cpu = 1e6 * enq.cpu_s / enq.units + drain_cpu
         out.append(
             f"| {LABELS[cand]} | {rec:.1f} | {byt:,.0f} | {fpi:,.0f} | {idx:.1f} | "
             f"{upd:.2f} ({hot:.2f}) | {hits:.1f} | {cpu:.1f} | {drain_cpu:.1f} | "
-            f"{median_us(drain, 'claim') / BATCH:.1f} | {median_us(drain, 'commit') / BATCH:.1f} |"
+            f"{median_us(drained, 'claim') / BATCH:.1f} | "
+            f"{median_us(drained, 'commit') / BATCH:.1f} |"
         )
     out.append("\nPer statement kind, per job (drain):\n")
     out.append(
@@ -687,12 +765,18 @@ def report(results: dict[str, list[Phase]], args: argparse.Namespace) -> str:
 
 
 def main() -> None:
-    global BATCH
+    global BATCH, CONNECTIONS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=5_000)
     parser.add_argument("--held", type=int, default=10_000)
     parser.add_argument("--beats", type=int, default=4, help="heartbeat periods (>= 2)")
     parser.add_argument("--candidates", default="A,B,C,D,E,F,G,H,pgqueuer")
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=CONNECTIONS,
+        help="connections that drain at once, each its own owner (1)",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     parser.add_argument(
         "--batch", type=int, default=BATCH, help="jobs per claim, commit and bulk enqueue"
@@ -701,6 +785,9 @@ def main() -> None:
     if not 1 <= args.batch <= 1000:
         parser.error("--batch must be 1 to 1000 (tenure's largest claim)")
     BATCH = args.batch
+    if not 1 <= args.connections <= 16:
+        parser.error("--connections must be 1 to 16")
+    CONNECTIONS = args.connections
     results: dict[str, list[Phase]] = {}
     for cand in [c for c in args.candidates.split(",") if c]:
         if cand == "pgqueuer":
