@@ -82,12 +82,20 @@ class Harness:
         self.seq += 1
         await systems.enqueue_bulk(self.cfg, system, f"r{self.seq}-{os.getpid()}", n, tool, payload)
 
+    def _f_storage(self, system: str) -> bool:
+        """Whether tenure runs on storage F (bench/prototypes/f_storage.py)."""
+        return system == "tenure" and bool(
+            scalar(self.db(), "SELECT to_regclass('tenure_done') IS NOT NULL")
+        )
+
     def remaining(self, system: str) -> bool:
-        return bool(scalar(self.db(), systems.REMAINING[system]))
+        sql = systems.F_STORAGE["remaining"] if self._f_storage(system) else None
+        return bool(scalar(self.db(), sql or systems.REMAINING[system]))
 
     def finished(self, system: str) -> tuple[int, float | None]:
         """(jobs that succeeded, epoch of the last success) from the database's own records."""
-        row = self.db().execute(systems.FINISHED[system]).fetchone()
+        sql = systems.F_STORAGE["finished"] if self._f_storage(system) else None
+        row = self.db().execute(sql or systems.FINISHED[system]).fetchone()
         n, last = row if row is not None else (0, None)
         return int(n), (float(last) if last is not None else None)
 

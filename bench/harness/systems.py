@@ -17,7 +17,8 @@ from .config import APPS, BIN, PY, Config
 RESET = {
     # tenure_steps and runs are keyed on jobs; sessions only exist from migration 0023 on
     "tenure": "TRUNCATE tenure_jobs, tenure_events CASCADE; DO $$ BEGIN "
-    "IF to_regclass('tenure_sessions') IS NOT NULL THEN TRUNCATE tenure_sessions; END IF; END $$",
+    "IF to_regclass('tenure_sessions') IS NOT NULL THEN TRUNCATE tenure_sessions; END IF; "
+    "IF to_regclass('tenure_done') IS NOT NULL THEN TRUNCATE tenure_done; END IF; END $$",
     "raw": "TRUNCATE raw_jobs, raw_events",
     "pgqueuer": "TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics",
     "procrastinate": "TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_workers "
@@ -45,6 +46,15 @@ FINISHED = {
     "WHERE status = 'successful'",
     "procrastinate": "SELECT count(*), extract(epoch FROM max(at)) FROM "
     "procrastinate_events WHERE type = 'succeeded'",
+}
+
+
+# Storage F (bench/prototypes/f_storage.py) moves a finished job to tenure_done, and a
+# session lease has no lease_until while it runs.
+F_STORAGE = {
+    "remaining": "SELECT EXISTS (SELECT 1 FROM tenure_jobs WHERE state IN ('queued', 'running'))",
+    "finished": "SELECT count(*), extract(epoch FROM max(finished_at)) FROM tenure_done "
+    "WHERE state = 'succeeded'",
 }
 
 
