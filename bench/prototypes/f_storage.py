@@ -36,7 +36,8 @@ import shutil
 import sys
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "tenure"
+BENCH = Path(__file__).resolve().parents[1]
+SRC = BENCH.parent / "src" / "tenure"
 
 MIGRATION = """\
 -- Storage F (bench prototype, issue #26): HOT claims on the live table, finished jobs apart.
@@ -51,17 +52,17 @@ DROP INDEX tenure_jobs_queued, tenure_jobs_tenant_queued, tenure_jobs_lease_unti
 CREATE INDEX tenure_jobs_line ON tenure_jobs (held, priority DESC, position, id, run_after);
 CREATE INDEX tenure_jobs_tenant_line ON tenure_jobs (tenant, position);
 CREATE INDEX tenure_jobs_frozen ON tenure_jobs (lease_until) WHERE lease_until IS NOT NULL;
-CREATE TABLE tenure_done (LIKE tenure_jobs INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
-ALTER TABLE tenure_done ADD PRIMARY KEY (id);
-CREATE UNIQUE INDEX tenure_done_tenant_key ON tenure_done (tenant, idempotency_key);
-CREATE INDEX tenure_done_created ON tenure_done (created_at, id);
-CREATE INDEX tenure_done_state_created ON tenure_done (state, created_at, id);
-CREATE INDEX tenure_done_tool_created ON tenure_done (tool, created_at, id);
-CREATE INDEX tenure_done_tenant_created ON tenure_done (tenant, created_at, id)
-    WHERE tenant <> '';
-CREATE INDEX tenure_done_prune ON tenure_done (tool, prune_after);
-CREATE INDEX tenure_done_parent ON tenure_done (parent_id) WHERE parent_id IS NOT NULL;
+-- tenure_done as candidate D has it (bench/candidates.sql), and the key's uniqueness:
+{done}CREATE UNIQUE INDEX tenure_done_tenant_key ON tenure_done (tenant, idempotency_key);
 """
+
+
+def done_table() -> str:
+    """Candidate D's finished-jobs table and indexes (bench/candidates.sql, d_schema)."""
+    sql = (BENCH / "candidates.sql").read_text(encoding="utf-8")
+    d_schema = sql.split("-- name: d_schema\n")[1].split("\n-- name: ")[0].strip()
+    return d_schema[d_schema.index("CREATE TABLE tenure_done") :] + "\n"
+
 
 LEASE_MS = "lease_ms * interval '1 millisecond'"
 SESSION = "(SELECT s.beat_at FROM tenure_sessions s WHERE s.owner = %(owner)s)"
@@ -196,7 +197,7 @@ def build(dest: Path, variant: str = "F") -> None:
         shutil.rmtree(target)
     shutil.copytree(SRC, target, ignore=shutil.ignore_patterns("__pycache__"))
     store = target / "_store"
-    migration = MIGRATION + (EXPLORER_INDEXES if variant == "H" else "")
+    migration = MIGRATION.format(done=done_table()) + (EXPLORER_INDEXES if variant == "H" else "")
     (store / "migrations" / "0024_f_storage.sql").write_text(migration, encoding="utf-8")
     for path in sorted((store / "queries").glob("*.sql")):
         text = lease_end_from_claim(path.read_text(encoding="utf-8"))
