@@ -247,8 +247,11 @@ def drain(
                 warm[k] += one_round(drainers[k], owners[k])
         except BaseException as exc:
             errors.append(exc)
-        warmed.wait()
-        go.wait()
+        try:
+            warmed.wait()
+            go.wait()
+        except threading.BrokenBarrierError:
+            return  # the measuring thread gave up (it raised)
         try:
             while not errors and one_round(drainers[k], owners[k]):
                 pass
@@ -278,7 +281,14 @@ def drain(
             t.join()
         flush()
         runner.end()
+    except BaseException:
+        warmed.abort()
+        go.abort()
+        raise
     finally:
+        for t in threads:
+            if t.is_alive():
+                t.join()
         runner.cpu_pids = [runner.pid]
         for d in drainers:
             d.close()
