@@ -12,9 +12,10 @@ under real workers, through `bench/run.sh`, against pgqueuer in the same run. It
   key or its predicate (PostgreSQL 15 makes an update HOT only then), with room on each page
   (fillfactor 45); finished jobs go to `tenure_done`, which carries the explorer's and the
   pruner's indexes and the key's uniqueness for them;
-- the claim leaves `lease_until` NULL for a session lease (it is the only lease end a claim
-  wrote), so a session lease ends at greatest(beat, claim) + lease_ms: every
-  `tenure_lease_end` call reads the claim's time when the row has no `lease_until`;
+- the claim leaves `lease_until` NULL for a session lease (today's claim writes it on every
+  job, and F indexes it for frozen leases), so a session lease ends at greatest(beat, claim)
+  + lease_ms: every `tenure_lease_end` call reads the claim's time when the row has no
+  `lease_until`;
 - the fenced commit of a final outcome deletes the live row and inserts it finished, in the
   same statement and under the same fence; a retry stays an update of the live row.
 
