@@ -37,6 +37,7 @@ class Harness:
             sys.path.insert(0, self.tenure_src)
         self.conn: psycopg.Connection[Any] | None = None
         self.seq = 0
+        self._tenure_on_f: bool | None = None
         self.pg_port = int(psycopg.conninfo.conninfo_to_dict(cfg.dsn).get("port") or 5432)
 
     def env_for(self, variant: dict[str, Any]) -> dict[str, str]:
@@ -83,10 +84,14 @@ class Harness:
         await systems.enqueue_bulk(self.cfg, system, f"r{self.seq}-{os.getpid()}", n, tool, payload)
 
     def _f_storage(self, system: str) -> bool:
-        """Whether tenure runs on storage F (bench/prototypes/f_storage.py)."""
-        return system == "tenure" and bool(
-            scalar(self.db(), "SELECT to_regclass('tenure_done') IS NOT NULL")
-        )
+        """Whether tenure runs on storage F (bench/prototypes/f_storage.py); asked once per
+        bench run (its schema is installed once), not on every poll of every drain."""
+        if system != "tenure":
+            return False
+        if self._tenure_on_f is None:
+            found = scalar(self.db(), "SELECT to_regclass('tenure_done') IS NOT NULL")
+            self._tenure_on_f = bool(found)
+        return self._tenure_on_f
 
     def remaining(self, system: str) -> bool:
         sql = systems.F_STORAGE["remaining"] if self._f_storage(system) else None
